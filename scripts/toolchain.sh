@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Builds the pinned toolchain (Kubernetes v1.37 control plane and node, etcd, Helm 3 and 4,
+# controller-gen) from the Go module proxy into bin/. Idempotent: a binary whose stamp matches
+# its version and build flags is skipped, so a warm run takes seconds.
+#
+# Why from source: no image registry, GitHub or release download is reachable here, so
+# setup-envtest and kind cannot work; the Go module proxy can.
+#
+# Usage: scripts/toolchain.sh [name...]   (default: all; names as in bin/)
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+tools="$root/scripts/tools"
+bin="${TOOLCHAIN_BIN:-$root/bin}"
+# shellcheck source=tools/versions.env
+. "$tools/versions.env"
+export CGO_ENABLED=0 GOFLAGS=-mod=mod
+mkdir -p "$bin/.stamps"
+
+say() { printf '[toolchain %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+# require_version MODDIR MODULE VERSION: the wrapper's go.mod must pin what versions.env says.
+require_version() {
+	if ! grep -qE "^(require )?[[:space:]]*$2 $3\$" "$tools/$1/go.mod"; then
+		echo "scripts/tools/$1/go.mod does not require $2 $3 as scripts/tools/versions.env says;" >&2
+		echo "edit one so they agree (then: cd scripts/tools/$1 && go mod tidy)." >&2
+		exit 1
+	fi
+}
+require_version kube k8s.io/kubernetes "$KUBE_VERSION"
+require_version etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
+require_version helm3 helm.sh/helm/v3 "$HELM3_VERSION"
+require_version helm4 helm.sh/helm/v4 "$HELM4_VERSION"
+require_version devtools sigs.k8s.io/controller-tools "$CONTROLLER_TOOLS_VERSION"
+if grep -E '^[[:space:]]*k8s\.io/[a-z-]+ => k8s\.io/' "$tools/kube/go.mod" | grep -vq " $KUBE_STAGING_VERSION\$"; then
+	echo "scripts/tools/kube/go.mod replaces a staging module with a version other than $KUBE_STAGING_VERSION" >&2
+	exit 1
+fi
+
+kube_minor=${KUBE_VERSION#v1.}
+kube_minor=${kube_minor%%.*}
+kube_ldflags="-s -w"
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+	kube_ldflags+=" -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$kube_minor"
+	kube_ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+done
+helm3_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM3_VERSION"
+for p in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+	# Helm 3 otherwise assumes Kubernetes v1.20 offline and rejects kubeVersion ">=1.30.0-0".
+	helm3_ldflags+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$kube_minor"
+done
+helm4_ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=$HELM4_VERSION"
+
+# build NAME MODDIR PACKAGE LDFLAGS: go build PACKAGE inside the wrapper module into bin/NAME.
+build() {
+	local name=$1 dir=$2 pkg=$3 ldflags=$4
+	local stamp="$KUBE_VERSION $ETCD_VERSION $HELM3_VERSION $HELM4_VERSION $CONTROLLER_TOOLS_VERSION|$pkg|$ldflags|$(sha256sum "$tools/$dir/go.sum" | cut -c1-16)"
+	if [[ -x "$bin/$name" && "$(cat "$bin/.stamps/$name" 2>/dev/null)" == "$stamp" ]]; then
+		say "$name: up to date"
+		return
+	fi
+	local start=$SECONDS
+	say "$name: building $pkg ..."
+	(cd "$tools/$dir" && go build -trimpath -ldflags "$ldflags" -o "$bin/$name.tmp" "$pkg")
+	mv "$bin/$name.tmp" "$bin/$name"
+	echo "$stamp" >"$bin/.stamps/$name"
+	say "$name: built in $((SECONDS - start))s"
+}
+
+all=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy helm3 helm4 controller-gen)
+want=("$@")
+[[ ${#want[@]} -gt 0 ]] || want=("${all[@]}")
+
+missing=0
+for n in "${want[@]}"; do [[ -x "$bin/$n" ]] || missing=1; done
+if [[ $missing == 1 ]]; then
+	say "a cold build of the whole toolchain takes about 25 minutes on 2 cores (kube-apiserver alone ~15);"
+	say "later runs reuse Go's build cache and finish in seconds."
+fi
+
+for n in "${want[@]}"; do
+	case $n in
+	etcd) build etcd etcd go.etcd.io/etcd/server/v3 "-s -w" ;;
+	kube-apiserver | kubectl | kube-controller-manager | kube-scheduler | kubelet | kube-proxy)
+		build "$n" kube "k8s.io/kubernetes/cmd/$n" "$kube_ldflags" ;;
+	helm3) build helm3 helm3 helm.sh/helm/v3/cmd/helm "$helm3_ldflags" ;;
+	helm4) build helm4 helm4 helm.sh/helm/v4/cmd/helm "$helm4_ldflags" ;;
+	controller-gen) build controller-gen devtools sigs.k8s.io/controller-tools/cmd/controller-gen "-s -w" ;;
+	*) echo "unknown tool $n; known: ${all[*]}" >&2; exit 2 ;;
+	esac
+done
+say "toolchain ready in $bin"
