@@ -21,7 +21,7 @@ say() { printf '[toolchain %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
 # require_version MODDIR MODULE VERSION: the wrapper's go.mod must pin what versions.env says.
 require_version() {
-	if ! grep -qE "^(require )?[[:space:]]*$2 $3\$" "$tools/$1/go.mod"; then
+	if ! grep -qE "^(require )?[[:space:]]*$2 $3( // indirect)?$" "$tools/$1/go.mod"; then
 		echo "scripts/tools/$1/go.mod does not require $2 $3 as scripts/tools/versions.env says;" >&2
 		echo "edit one so they agree (then: cd scripts/tools/$1 && go mod tidy)." >&2
 		exit 1

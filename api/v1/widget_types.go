@@ -1,0 +1,100 @@
+package v1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Condition types and reasons the controller reports.
+const (
+	// ConditionReady is True when every desired pod of the Widget is available.
+	ConditionReady = "Ready"
+	// ConditionProgressing is True while the Widget's Deployment rolls out.
+	ConditionProgressing = "Progressing"
+)
+
+// EndpointSpec is a port the Widget's pods listen on; its name is the key in WidgetSpec.Endpoints.
+// +kubebuilder:validation:XValidation:rule="self.port >= 1 && self.port <= 65535",message="port must be between 1 and 65535"
+type EndpointSpec struct {
+	// Port is the container and Service port.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+}
+
+// WidgetSpec is the desired state of a Widget.
+type WidgetSpec struct {
+	// Size is the number of pods. Unset means the default, 1; 0 is a valid value.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	Size *int32 `json:"size,omitempty"`
+
+	// Image is the container image the pods run.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:XValidation:rule="self.trim() != ''",message="image must not be empty"
+	Image string `json:"image"`
+
+	// Timeout is the request timeout as a Go duration ("30s", "1m30s", "1.5s"), positive and
+	// at most 24h. v1alpha1 sees it rounded up to whole seconds.
+	// +optional
+	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('24h')",message="timeout must be a positive duration of at most 24h, such as 30s or 1m30s"
+	Timeout *string `json:"timeout,omitempty"`
+
+	// Endpoints are the named ports, keyed by a DNS-label name. An empty map and no map are
+	// different values and both round-trip through v1alpha1.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 63 && k.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))",message="endpoint names must be DNS labels"
+	Endpoints map[string]EndpointSpec `json:"endpoints,omitzero"`
+
+	// Paused stops the controller from rolling out changes; the Deployment is paused too.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+}
+
+// WidgetStatus is the observed state of a Widget. It has the same shape in every version.
+type WidgetStatus struct {
+	// AvailableReplicas is the number of available pods of the Widget's Deployment.
+	// +optional
+	AvailableReplicas int32 `json:"availableReplicas,omitempty"`
+
+	// Conditions are Ready and Progressing.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration is the metadata.generation the status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// Widget is a replicated HTTP service: the controller runs it as a Deployment and a Service.
+// v1 is the hub every other version converts through.
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName=wgt
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.size,statuspath=.status.availableReplicas
+// +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.spec.size`
+// +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.availableReplicas`
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`
+// +kubebuilder:printcolumn:name="Paused",type=boolean,JSONPath=`.spec.paused`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Widget struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   WidgetSpec   `json:"spec"`
+	Status WidgetStatus `json:"status,omitempty"`
+}
+
+// WidgetList is a list of Widgets.
+// +kubebuilder:object:root=true
+type WidgetList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Widget `json:"items"`
+}

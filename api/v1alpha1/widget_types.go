@@ -1,0 +1,93 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Endpoint is a named port the Widget's pods listen on.
+// +kubebuilder:validation:XValidation:rule="self.port >= 1 && self.port <= 65535",message="port must be between 1 and 65535"
+type Endpoint struct {
+	// Name is a DNS label, unique within the Widget.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// Port is the container and Service port.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+}
+
+// WidgetSpec is the desired state of a Widget.
+type WidgetSpec struct {
+	// Replicas is the number of pods. Unset means the default, 1; 0 is a valid value.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Image is the container image the pods run.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:XValidation:rule="self.trim() != ''",message="image must not be empty"
+	Image string `json:"image"`
+
+	// TimeoutSeconds is the request timeout in whole seconds (v1 holds it as a duration).
+	// +optional
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	TimeoutSeconds *int32 `json:"timeoutSeconds,omitempty"`
+
+	// Endpoints are the named ports, unique by name. An empty list and no list are different
+	// values and both round-trip through v1.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Endpoints []Endpoint `json:"endpoints,omitzero"`
+}
+
+// WidgetStatus is the observed state of a Widget. It has the same shape in every version.
+type WidgetStatus struct {
+	// AvailableReplicas is the number of available pods of the Widget's Deployment.
+	// +optional
+	AvailableReplicas int32 `json:"availableReplicas,omitempty"`
+
+	// Conditions are Ready and Progressing.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration is the metadata.generation the status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// Widget is a replicated HTTP service: the controller runs it as a Deployment and a Service.
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName=wgt
+// +kubebuilder:storageversion
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.availableReplicas
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.availableReplicas`
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Widget struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   WidgetSpec   `json:"spec"`
+	Status WidgetStatus `json:"status,omitempty"`
+}
+
+// WidgetList is a list of Widgets.
+// +kubebuilder:object:root=true
+type WidgetList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Widget `json:"items"`
+}

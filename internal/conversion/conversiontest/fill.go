@@ -1,0 +1,157 @@
+// Package conversiontest makes Widgets for conversion tests and benchmarks: random objects in
+// the domain the CRD schema admits (for round-trip fuzzing) and realistic ones (for
+// benchmarks and end-to-end checks), plus the strict comparison every round trip uses.
+package conversiontest
+
+import (
+	"fmt"
+	"math/rand"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/randfill"
+
+	v1 "github.com/widgetry/widget-operator/api/v1"
+	"github.com/widgetry/widget-operator/api/v1alpha1"
+	"github.com/widgetry/widget-operator/internal/conversion"
+)
+
+// MaxTimeoutSeconds is the schema's upper bound for timeoutSeconds (24h).
+const MaxTimeoutSeconds = 86400
+
+// NewFiller returns a randfill.Filler whose Widgets stay inside the CRD schema's domain
+// (seed 001 §8.5: conversion is only lossless where both versions can hold the value):
+// timeouts positive and at most 24h, endpoint lists sorted with unique names (the order
+// v1alpha1 gets back from the map), annotations either absent or non-empty, and a
+// conversion-data annotation on spokes only in the canonical form the converter writes.
+func NewFiller(seed int64) *randfill.Filler {
+	return randfill.NewWithSeed(seed).NilChance(0.3).NumElements(0, 4).Funcs(
+		func(w *v1alpha1.Widget, c randfill.Continue) {
+			c.FillNoCustom(w)
+			w.Annotations = withoutDataKey(w.Annotations)
+			normalizeMeta(&w.ObjectMeta)
+			w.Spec.Replicas = randomCount(c.Rand, w.Spec.Replicas)
+			if w.Spec.TimeoutSeconds != nil {
+				n := int32(c.Intn(MaxTimeoutSeconds) + 1)
+				w.Spec.TimeoutSeconds = &n
+			}
+			w.Spec.Endpoints = sortedUnique(w.Spec.Endpoints)
+			var data conversion.RestoreData
+			data.Paused = c.Bool()
+			if w.Spec.TimeoutSeconds != nil && c.Bool() {
+				if exact, ok := nonCanonicalTimeout(c.Rand, *w.Spec.TimeoutSeconds); ok {
+					data.Timeout = &exact
+				}
+			}
+			w.Annotations = conversion.WithRestoreData(w.Annotations, data)
+		},
+		func(w *v1.Widget, c randfill.Continue) {
+			c.FillNoCustom(w)
+			w.Annotations = withoutDataKey(w.Annotations)
+			normalizeMeta(&w.ObjectMeta)
+			w.Spec.Size = randomCount(c.Rand, w.Spec.Size)
+			if w.Spec.Timeout != nil {
+				t := RandomTimeout(c.Rand)
+				w.Spec.Timeout = &t
+			}
+		},
+		func(c *metav1.Condition, f randfill.Continue) {
+			f.FillNoCustom(c)
+			c.LastTransitionTime = metav1.Unix(f.Int63n(1<<32), 0)
+		},
+	)
+}
+
+// randomCount keeps unset as unset and otherwise returns a schema-valid count, an explicit
+// zero one time in four (zero and unset must stay apart).
+func randomCount(r *rand.Rand, p *int32) *int32 {
+	if p == nil {
+		return nil
+	}
+	n := int32(0)
+	if r.Intn(4) > 0 {
+		n = r.Int31n(1000)
+	}
+	return &n
+}
+
+// RandomTimeout returns a valid v1 timeout in one of the forms users write: canonical
+// ("1m30s"), fractional ("1.5s", "250ms"), or non-canonical whole units ("90s", "1m", "2h").
+func RandomTimeout(r *rand.Rand) string {
+	switch r.Intn(4) {
+	case 0:
+		return (time.Duration(r.Intn(MaxTimeoutSeconds)+1) * time.Second).String()
+	case 1:
+		return (time.Duration(r.Int63n(int64(24*time.Hour))) + 1).String()
+	case 2:
+		return fmt.Sprintf("%ds", r.Intn(MaxTimeoutSeconds)+1)
+	default:
+		units := []struct {
+			suffix string
+			max    int
+		}{{"ms", 86400000}, {"m", 1440}, {"h", 24}}
+		u := units[r.Intn(len(units))]
+		return fmt.Sprintf("%d%s", r.Intn(u.max)+1, u.suffix)
+	}
+}
+
+// nonCanonicalTimeout returns a duration that rounds up to seconds but is not written the
+// way time.Duration.String() writes those seconds, as a v1 client could have set it.
+func nonCanonicalTimeout(r *rand.Rand, seconds int32) (string, bool) {
+	var s string
+	if r.Intn(2) == 0 {
+		s = (time.Duration(seconds-1)*time.Second + time.Duration(r.Int63n(int64(time.Second-1))+1)).String()
+	} else {
+		s = fmt.Sprintf("%ds", seconds)
+	}
+	return s, s != (time.Duration(seconds) * time.Second).String()
+}
+
+func sortedUnique(in []v1alpha1.Endpoint) []v1alpha1.Endpoint {
+	if in == nil {
+		return nil
+	}
+	out := make([]v1alpha1.Endpoint, 0, len(in))
+	seen := map[string]bool{}
+	for _, e := range in {
+		if !seen[e.Name] {
+			seen[e.Name] = true
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b v1alpha1.Endpoint) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+func withoutDataKey(m map[string]string) map[string]string {
+	delete(m, conversion.DataAnnotation)
+	return m
+}
+
+// normalizeMeta makes empty annotation maps nil: JSON (omitempty) cannot tell them apart, so
+// neither the apiserver nor the converter can keep the difference.
+func normalizeMeta(m *metav1.ObjectMeta) {
+	if len(m.Annotations) == 0 {
+		m.Annotations = nil
+	}
+}
+
+// Diff compares want and got strictly (nil and empty differ) and semantically
+// (apiequality.Semantic, which treats them as equal and compares quantities and times by
+// value). It returns "" when both agree the objects are equal, else a readable diff.
+func Diff(want, got any) string {
+	if reflect.DeepEqual(want, got) && apiequality.Semantic.DeepEqual(want, got) {
+		return ""
+	}
+	d := cmp.Diff(want, got, cmpopts.EquateComparable(metav1.Time{}))
+	if d == "" {
+		d = "objects differ only in nil versus empty values (reflect.DeepEqual)"
+	}
+	return "(-want +got)\n" + d
+}

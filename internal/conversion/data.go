@@ -1,0 +1,73 @@
+package conversion
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// DataAnnotation holds, on a spoke object, the hub fields the spoke cannot represent.
+const DataAnnotation = "widgetry.io/conversion-data"
+
+// RestoreData is what the annotation carries: hub fragments the spoke cannot hold.
+// Its zero value means there is nothing to restore.
+type RestoreData struct {
+	// Timeout is the hub's exact duration string when whole seconds cannot express it.
+	Timeout *string `json:"timeout,omitempty"`
+	// Paused is the hub's spec.paused; only true is recorded.
+	Paused bool `json:"paused,omitempty"`
+}
+
+// IsZero reports whether the data holds nothing, so the annotation can be dropped.
+func (d RestoreData) IsZero() bool { return d.Timeout == nil && !d.Paused }
+
+// ParseRestoreData reads the annotation's value. A value that is not the JSON this package
+// writes is an error rather than ignored: ignoring it would silently drop a paused flag.
+func ParseRestoreData(value string) (RestoreData, error) {
+	var d RestoreData
+	if err := json.Unmarshal([]byte(value), &d); err != nil {
+		return RestoreData{}, fmt.Errorf("annotation %s is not valid conversion data (%w); remove it or restore the value this operator wrote", DataAnnotation, err)
+	}
+	return d, nil
+}
+
+// RestoreDataFrom returns the data in annotations (nil map or missing key: the zero value).
+func RestoreDataFrom(annotations map[string]string) (RestoreData, error) {
+	value, ok := annotations[DataAnnotation]
+	if !ok {
+		return RestoreData{}, nil
+	}
+	return ParseRestoreData(value)
+}
+
+// Marshal encodes the data as the annotation's value.
+func (d RestoreData) Marshal() string {
+	b, err := json.Marshal(d)
+	if err != nil {
+		// RestoreData holds a string pointer and a bool; encoding cannot fail.
+		panic(fmt.Sprintf("marshal conversion data: %v", err))
+	}
+	return string(b)
+}
+
+// WithRestoreData returns annotations with the data annotation set to d, or removed when d is
+// zero. The input map is not modified; a map left empty by the removal becomes nil so that an
+// object that had no annotations gets none back.
+func WithRestoreData(annotations map[string]string, d RestoreData) map[string]string {
+	_, had := annotations[DataAnnotation]
+	if d.IsZero() && !had {
+		return annotations
+	}
+	out := make(map[string]string, len(annotations)+1)
+	for k, v := range annotations {
+		out[k] = v
+	}
+	if d.IsZero() {
+		delete(out, DataAnnotation)
+		if len(out) == 0 {
+			return nil
+		}
+		return out
+	}
+	out[DataAnnotation] = d.Marshal()
+	return out
+}

@@ -1,0 +1,378 @@
+package webhook
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"time"
+
+	v1 "github.com/widgetry/widget-operator/api/v1"
+	"github.com/widgetry/widget-operator/api/v1alpha1"
+	"github.com/widgetry/widget-operator/internal/conversion"
+)
+
+// DefaultMaxConversionBodyBytes bounds a ConversionReview body. It is large on purpose: the
+// apiserver sends a whole LIST page — from its watch cache possibly the whole collection — in
+// one review, so a small limit would break large lists.
+const DefaultMaxConversionBodyBytes = 64 << 20
+
+const (
+	conversionReviewAPIVersion = "apiextensions.k8s.io/v1"
+	conversionReviewKind       = "ConversionReview"
+	widgetKind                 = "Widget"
+)
+
+var (
+	hubAPIVersion   = v1.GroupVersion.String()
+	spokeAPIVersion = v1alpha1.GroupVersion.String()
+)
+
+// ConversionHandler serves the CRD conversion webhook for Widgets.
+//
+// It does not decode whole objects through a scheme: metadata and status (identical in every
+// version) pass through as raw JSON, only spec is decoded and converted, with the same
+// functions the typed converters use (internal/conversion). That keeps metadata byte-for-byte
+// untouched (fields this binary does not know survive too) and makes large LISTs cheap.
+type ConversionHandler struct {
+	// MaxBodyBytes bounds the request body; zero means DefaultMaxConversionBodyBytes.
+	MaxBodyBytes int64
+	// Metrics records requests; nil records nothing.
+	Metrics *ConversionMetrics
+}
+
+// conversionReview is the part of an apiextensions.k8s.io/v1 ConversionReview the handler reads.
+type conversionReview struct {
+	APIVersion string             `json:"apiVersion"`
+	Kind       string             `json:"kind"`
+	Request    *conversionRequest `json:"request"`
+}
+
+type conversionRequest struct {
+	UID               string            `json:"uid"`
+	DesiredAPIVersion string            `json:"desiredAPIVersion"`
+	Objects           []json.RawMessage `json:"objects"`
+}
+
+// wireObject is one Widget as the apiserver sends it, in either version.
+type wireObject struct {
+	APIVersion string          `json:"apiVersion"`
+	Kind       string          `json:"kind"`
+	Metadata   json.RawMessage `json:"metadata"`
+	Spec       json.RawMessage `json:"spec"`
+	Status     json.RawMessage `json:"status"`
+}
+
+// ServeHTTP implements http.Handler.
+func (h *ConversionHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	body, status, err := h.readBody(w, r)
+	if err != nil {
+		h.Metrics.failure(failureReasonFor(status))
+		h.Metrics.request(labelUnknown, labelUnknown, resultError, time.Since(start))
+		http.Error(w, err.Error(), status)
+		return
+	}
+	var review conversionReview
+	if err := json.Unmarshal(body, &review); err != nil {
+		h.Metrics.failure(reasonMalformed)
+		h.Metrics.request(labelUnknown, labelUnknown, resultError, time.Since(start))
+		http.Error(w, fmt.Sprintf("request body is not a ConversionReview: %v", err), http.StatusBadRequest)
+		return
+	}
+	if review.APIVersion != conversionReviewAPIVersion || review.Kind != conversionReviewKind || review.Request == nil {
+		h.Metrics.failure(reasonMalformed)
+		h.Metrics.request(labelUnknown, labelUnknown, resultError, time.Since(start))
+		http.Error(w, fmt.Sprintf("expected a %s %s with a request, got apiVersion %q kind %q; list only %q in the CRD's conversionReviewVersions",
+			conversionReviewAPIVersion, conversionReviewKind, review.APIVersion, review.Kind, "v1"), http.StatusBadRequest)
+		return
+	}
+
+	req := review.Request
+	out, from, convErr := convertObjects(req.DesiredAPIVersion, req.Objects, len(body))
+	to := versionLabel(req.DesiredAPIVersion)
+	result := resultSuccess
+	if convErr != nil {
+		result = resultFailure
+		h.Metrics.failure(convErr.reason)
+	} else {
+		h.Metrics.objects(from, to, len(req.Objects))
+	}
+	h.Metrics.request(from, to, result, time.Since(start))
+
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(encodeResponse(req.UID, out, convErr))
+}
+
+func (h *ConversionHandler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, error) {
+	if r.Method != http.MethodPost {
+		return nil, http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed: a ConversionReview is POSTed", r.Method)
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			return nil, http.StatusUnsupportedMediaType, fmt.Errorf("content type %q not supported: send application/json", ct)
+		}
+	} else {
+		return nil, http.StatusUnsupportedMediaType, errors.New("missing Content-Type: send application/json")
+	}
+	limit := h.MaxBodyBytes
+	if limit <= 0 {
+		limit = DefaultMaxConversionBodyBytes
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes; raise the manager's --conversion-max-body-bytes", limit)
+		}
+		return nil, http.StatusBadRequest, fmt.Errorf("read request body: %w", err)
+	}
+	return body, 0, nil
+}
+
+// conversionError is a failed conversion of one request, with a bounded metric reason.
+type conversionError struct {
+	reason  string
+	message string
+}
+
+// convertObjects converts every object to desired, in order, into a buffer holding the JSON
+// array of converted objects. It stops at the first failure: a partial success would make the
+// apiserver drop objects from a LIST.
+func convertObjects(desired string, objects []json.RawMessage, sizeHint int) ([]byte, string, *conversionError) {
+	if desired != hubAPIVersion && desired != spokeAPIVersion {
+		return nil, labelUnknown, &conversionError{reason: reasonUnsupportedVersion, message: fmt.Sprintf(
+			"desiredAPIVersion %q is not supported: this webhook converts Widgets between %s and %s", desired, spokeAPIVersion, hubAPIVersion)}
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, sizeHint+sizeHint/8+64))
+	buf.WriteByte('[')
+	from := ""
+	for i, raw := range objects {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		version, err := convertObject(buf, desired, raw)
+		if err != nil {
+			err.message = fmt.Sprintf("object %d of %d (%s): %s", i+1, len(objects), describeObject(raw), err.message)
+			return nil, labelUnknown, err
+		}
+		switch {
+		case from == "":
+			from = version
+		case from != version:
+			from = labelMixed
+		}
+	}
+	buf.WriteByte(']')
+	if from == "" {
+		from = labelNone
+	}
+	return buf.Bytes(), from, nil
+}
+
+// convertObject appends raw converted to desired to buf and returns the source version label.
+func convertObject(buf *bytes.Buffer, desired string, raw json.RawMessage) (string, *conversionError) {
+	var obj wireObject
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return labelUnknown, &conversionError{reason: reasonMalformed, message: fmt.Sprintf("not a JSON object: %v", err)}
+	}
+	if obj.Kind != widgetKind || (obj.APIVersion != hubAPIVersion && obj.APIVersion != spokeAPIVersion) {
+		return labelUnknown, &conversionError{reason: reasonUnsupportedVersion, message: fmt.Sprintf(
+			"apiVersion %q kind %q is not a Widget version this webhook converts (%s, %s)", obj.APIVersion, obj.Kind, spokeAPIVersion, hubAPIVersion)}
+	}
+	from := versionLabel(obj.APIVersion)
+	if obj.APIVersion == desired {
+		// Same version: the object goes back exactly as it came.
+		buf.Write(raw)
+		return from, nil
+	}
+	var (
+		spec     any
+		metadata = []byte(obj.Metadata)
+		err      error
+	)
+	if desired == hubAPIVersion {
+		spec, metadata, err = specToHub(obj.Spec, metadata)
+	} else {
+		spec, metadata, err = specFromHub(obj.Spec, metadata)
+	}
+	if err != nil {
+		return from, &conversionError{reason: reasonFor(err), message: err.Error()}
+	}
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		return from, &conversionError{reason: reasonMalformed, message: fmt.Sprintf("encode spec: %v", err)}
+	}
+	buf.WriteString(`{"apiVersion":"`)
+	buf.WriteString(desired)
+	buf.WriteString(`","kind":"`)
+	buf.WriteString(widgetKind)
+	buf.WriteByte('"')
+	if len(metadata) > 0 {
+		buf.WriteString(`,"metadata":`)
+		buf.Write(metadata)
+	}
+	buf.WriteString(`,"spec":`)
+	buf.Write(specJSON)
+	if len(obj.Status) > 0 && !bytes.Equal(obj.Status, []byte("null")) {
+		// Status has the same schema in both versions (a test holds the CRD to it).
+		buf.WriteString(`,"status":`)
+		buf.Write(obj.Status)
+	}
+	buf.WriteByte('}')
+	return from, nil
+}
+
+func specToHub(rawSpec, metadata []byte) (*v1.WidgetSpec, []byte, error) {
+	var in v1alpha1.WidgetSpec
+	if err := decodeSpec(rawSpec, &in); err != nil {
+		return nil, nil, err
+	}
+	var data conversion.RestoreData
+	if mayHoldRestoreData(metadata) {
+		annotations, err := metadataAnnotations(metadata)
+		if err != nil {
+			return nil, nil, err
+		}
+		if data, err = conversion.RestoreDataFrom(annotations); err != nil {
+			return nil, nil, errInvalidData{err}
+		}
+		if metadata, err = setMetadataAnnotations(metadata, conversion.WithRestoreData(annotations, conversion.RestoreData{})); err != nil {
+			return nil, nil, err
+		}
+	}
+	var out v1.WidgetSpec
+	if err := conversion.SpecToHub(&in, data, &out); err != nil {
+		return nil, nil, err
+	}
+	return &out, metadata, nil
+}
+
+func specFromHub(rawSpec, metadata []byte) (*v1alpha1.WidgetSpec, []byte, error) {
+	var in v1.WidgetSpec
+	if err := decodeSpec(rawSpec, &in); err != nil {
+		return nil, nil, err
+	}
+	var out v1alpha1.WidgetSpec
+	data, err := conversion.SpecFromHub(&in, &out)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !data.IsZero() || mayHoldRestoreData(metadata) {
+		annotations, err := metadataAnnotations(metadata)
+		if err != nil {
+			return nil, nil, err
+		}
+		if metadata, err = setMetadataAnnotations(metadata, conversion.WithRestoreData(annotations, data)); err != nil {
+			return nil, nil, err
+		}
+	}
+	return &out, metadata, nil
+}
+
+func decodeSpec(raw []byte, into any) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(raw, into); err != nil {
+		return errMalformed{fmt.Errorf("spec: %w", err)}
+	}
+	return nil
+}
+
+// mayHoldRestoreData is a cheap test that lets objects without the annotation skip decoding
+// their metadata: the annotation key cannot be present unless its bytes are.
+func mayHoldRestoreData(metadata []byte) bool {
+	return bytes.Contains(metadata, []byte(conversion.DataAnnotation))
+}
+
+func metadataAnnotations(metadata []byte) (map[string]string, error) {
+	if len(metadata) == 0 {
+		return nil, nil
+	}
+	var m struct {
+		Annotations map[string]string `json:"annotations"`
+	}
+	if err := json.Unmarshal(metadata, &m); err != nil {
+		return nil, errMalformed{fmt.Errorf("metadata: %w", err)}
+	}
+	return m.Annotations, nil
+}
+
+// setMetadataAnnotations replaces metadata.annotations and leaves every other metadata field
+// as it came.
+func setMetadataAnnotations(metadata []byte, annotations map[string]string) ([]byte, error) {
+	fields := map[string]json.RawMessage{}
+	if len(metadata) > 0 {
+		if err := json.Unmarshal(metadata, &fields); err != nil {
+			return nil, errMalformed{fmt.Errorf("metadata: %w", err)}
+		}
+	}
+	if len(annotations) == 0 {
+		delete(fields, "annotations")
+	} else {
+		b, err := json.Marshal(annotations)
+		if err != nil {
+			return nil, err
+		}
+		fields["annotations"] = b
+	}
+	return json.Marshal(fields)
+}
+
+// describeObject names an object for an error message: namespace/name and apiVersion.
+func describeObject(raw json.RawMessage) string {
+	var o struct {
+		APIVersion string `json:"apiVersion"`
+		Metadata   struct {
+			Namespace string `json:"namespace"`
+			Name      string `json:"name"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(raw, &o) != nil {
+		return "undecodable object"
+	}
+	return fmt.Sprintf("%s/%s, %s", o.Metadata.Namespace, o.Metadata.Name, o.APIVersion)
+}
+
+// encodeResponse writes the ConversionReview response by hand: the converted objects are
+// already JSON and encoding/json would scan and compact all of them once more.
+func encodeResponse(uid string, objects []byte, convErr *conversionError) []byte {
+	uidJSON, _ := json.Marshal(uid)
+	var b bytes.Buffer
+	b.Grow(len(objects) + 256)
+	b.WriteString(`{"apiVersion":"` + conversionReviewAPIVersion + `","kind":"` + conversionReviewKind + `","response":{"uid":`)
+	b.Write(uidJSON)
+	if convErr != nil {
+		msg, _ := json.Marshal(convErr.message)
+		b.WriteString(`,"result":{"status":"Failure","reason":"BadRequest","code":400,"message":`)
+		b.Write(msg)
+		b.WriteString(`},"convertedObjects":[]}}`)
+		return b.Bytes()
+	}
+	b.WriteString(`,"result":{"status":"Success"},"convertedObjects":`)
+	b.Write(objects)
+	b.WriteString(`}}`)
+	return b.Bytes()
+}
+
+type errMalformed struct{ error }
+
+func (e errMalformed) Unwrap() error { return e.error }
+
+type errInvalidData struct{ error }
+
+func (e errInvalidData) Unwrap() error { return e.error }
+
+func versionLabel(apiVersion string) string {
+	switch apiVersion {
+	case hubAPIVersion:
+		return v1.GroupVersion.Version
+	case spokeAPIVersion:
+		return v1alpha1.GroupVersion.Version
+	}
+	return labelUnknown
+}

@@ -1,0 +1,113 @@
+package webhook
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Label values are a closed set, so no request can grow the series count.
+const (
+	labelUnknown = "unknown"
+	labelMixed   = "mixed"
+	labelNone    = "none"
+
+	resultSuccess = "success"
+	resultFailure = "failure"
+	resultError   = "error"
+
+	reasonMalformed          = "MalformedRequest"
+	reasonUnsupportedVersion = "UnsupportedVersion"
+	reasonInvalidData        = "InvalidConversionData"
+	reasonConversionFailed   = "ConversionFailed"
+	reasonMethodNotAllowed   = "MethodNotAllowed"
+	reasonMediaType          = "UnsupportedMediaType"
+	reasonBodyTooLarge       = "BodyTooLarge"
+)
+
+// ConversionMetrics are the widget_conversion_* metrics. A nil *ConversionMetrics records
+// nothing, which keeps benchmarks and unit tests free of registries.
+type ConversionMetrics struct {
+	requests  *prometheus.CounterVec
+	converted *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	failures  *prometheus.CounterVec
+}
+
+// NewConversionMetrics creates the metrics and registers them with reg (for the manager:
+// controller-runtime's metrics.Registry, so they are served next to its own).
+func NewConversionMetrics(reg prometheus.Registerer) (*ConversionMetrics, error) {
+	m := &ConversionMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "widget_conversion_requests_total",
+			Help: "ConversionReview requests answered, by source version (mixed when a request holds several), desired version and result (success, failure: a conversion refused, error: a malformed request).",
+		}, []string{"from_version", "to_version", "result"}),
+		converted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "widget_conversion_objects_total",
+			Help: "Widgets converted successfully, by source and desired version.",
+		}, []string{"from_version", "to_version"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "widget_conversion_duration_seconds",
+			Help:    "Time to answer one ConversionReview, from reading the body to encoding the response.",
+			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+		}, []string{"from_version", "to_version"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "widget_conversion_failures_total",
+			Help: "ConversionReview requests that did not succeed, by reason.",
+		}, []string{"reason"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.converted, m.duration, m.failures} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *ConversionMetrics) request(from, to, result string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.requests.WithLabelValues(from, to, result).Inc()
+	m.duration.WithLabelValues(from, to).Observe(d.Seconds())
+}
+
+func (m *ConversionMetrics) objects(from, to string, n int) {
+	if m == nil {
+		return
+	}
+	m.converted.WithLabelValues(from, to).Add(float64(n))
+}
+
+func (m *ConversionMetrics) failure(reason string) {
+	if m == nil {
+		return
+	}
+	m.failures.WithLabelValues(reason).Inc()
+}
+
+func failureReasonFor(status int) string {
+	switch status {
+	case http.StatusMethodNotAllowed:
+		return reasonMethodNotAllowed
+	case http.StatusUnsupportedMediaType:
+		return reasonMediaType
+	case http.StatusRequestEntityTooLarge:
+		return reasonBodyTooLarge
+	}
+	return reasonMalformed
+}
+
+func reasonFor(err error) string {
+	var malformed errMalformed
+	var invalid errInvalidData
+	switch {
+	case errors.As(err, &malformed):
+		return reasonMalformed
+	case errors.As(err, &invalid):
+		return reasonInvalidData
+	}
+	return reasonConversionFailed
+}
