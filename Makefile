@@ -48,16 +48,17 @@ test: tools ## Run every test: unit, envtest and end-to-end (end-to-end needs ro
 .PHONY: test-conversion
 test-conversion: ## Conversion round-trip fuzzing (10,000 objects each way) and a minute of go test -fuzz.
 	go test -count=1 -run 'RoundTrip' -v ./internal/conversion/
-	go test -run '^$$' -fuzz FuzzConvertReview -fuzztime 60s ./internal/webhook/conversion/
+	go test -run '^$$' -fuzz FuzzConvertReview -fuzztime 60s ./internal/webhook/
 
 .PHONY: test-long
 test-long: tools ## Long runs: 100,000-object round trips and the same fuzzing for 5 minutes.
 	WIDGET_ROUNDTRIP_ITERATIONS=100000 go test -count=1 -run 'RoundTrip' ./internal/conversion/
-	go test -run '^$$' -fuzz FuzzConvertReview -fuzztime 5m ./internal/webhook/conversion/
+	go test -run '^$$' -fuzz FuzzConvertReview -fuzztime 5m ./internal/webhook/
 
 .PHONY: bench
 bench: tools ## Benchmarks, benchstat-friendly (-count 6); see README "Benchmarks".
-	go test -run '^$$' -bench . -benchmem -count 6 ./internal/webhook/conversion/ | tee $(BIN)/bench.txt
+	go test -run '^$$' -bench . -benchmem -count 6 ./internal/webhook/ | tee $(BIN)/bench.txt
+	scripts/bench-ratios.sh $(BIN)/bench.txt
 
 .PHONY: verify
 verify: generate ## Fail if generated files or go mod tidy would change the tree.

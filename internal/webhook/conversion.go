@@ -8,6 +8,8 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"runtime"
+	"sync"
 	"time"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
@@ -139,38 +141,81 @@ type conversionError struct {
 	message string
 }
 
-// convertObjects converts every object to desired, in order, into a buffer holding the JSON
-// array of converted objects. It stops at the first failure: a partial success would make the
-// apiserver drop objects from a LIST.
+// minObjectsPerWorker keeps small reviews (single GETs, watch events) on one goroutine.
+const minObjectsPerWorker = 128
+
+// convertObjects converts every object to desired, in order, into the JSON array of converted
+// objects. Large reviews (a LIST page) are split over GOMAXPROCS goroutines, each converting a
+// contiguous chunk into its own buffer. The first failure, in object order, fails the whole
+// review: a partial success would make the apiserver drop objects from a LIST.
 func convertObjects(desired string, objects []json.RawMessage, sizeHint int) ([]byte, string, *conversionError) {
 	if desired != hubAPIVersion && desired != spokeAPIVersion {
 		return nil, labelUnknown, &conversionError{reason: reasonUnsupportedVersion, message: fmt.Sprintf(
 			"desiredAPIVersion %q is not supported: this webhook converts Widgets between %s and %s", desired, spokeAPIVersion, hubAPIVersion)}
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, sizeHint+sizeHint/8+64))
-	buf.WriteByte('[')
-	from := ""
-	for i, raw := range objects {
-		if i > 0 {
-			buf.WriteByte(',')
+	workers := min(runtime.GOMAXPROCS(0), max(1, len(objects)/minObjectsPerWorker))
+	chunks := make([]chunkResult, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := w*len(objects)/workers, (w+1)*len(objects)/workers
+		wg.Go(func() { chunks[w] = convertChunk(desired, objects, lo, hi, sizeHint/workers) })
+	}
+	wg.Wait()
+
+	out := make([]byte, 0, sizeHint+sizeHint/8+64)
+	out = append(out, '[')
+	from := labelNone
+	for i, c := range chunks {
+		if c.err != nil {
+			return nil, labelUnknown, c.err
 		}
-		version, err := convertObject(buf, desired, raw)
+		if c.buf.Len() == 0 {
+			continue
+		}
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(out, c.buf.Bytes()...)
+		from = mergeFrom(from, c.from, i == 0)
+	}
+	return append(out, ']'), from, nil
+}
+
+type chunkResult struct {
+	buf  bytes.Buffer
+	from string
+	err  *conversionError
+}
+
+// convertChunk converts objects[lo:hi]; it stops at its first failure.
+func convertChunk(desired string, objects []json.RawMessage, lo, hi, sizeHint int) chunkResult {
+	var r chunkResult
+	r.buf.Grow(sizeHint + sizeHint/8)
+	r.from = labelNone
+	for i := lo; i < hi; i++ {
+		if i > lo {
+			r.buf.WriteByte(',')
+		}
+		version, err := convertObject(&r.buf, desired, objects[i])
 		if err != nil {
-			err.message = fmt.Sprintf("object %d of %d (%s): %s", i+1, len(objects), describeObject(raw), err.message)
-			return nil, labelUnknown, err
+			err.message = fmt.Sprintf("object %d of %d (%s): %s", i+1, len(objects), describeObject(objects[i]), err.message)
+			r.err = err
+			return r
 		}
-		switch {
-		case from == "":
-			from = version
-		case from != version:
-			from = labelMixed
-		}
+		r.from = mergeFrom(r.from, version, i == lo)
 	}
-	buf.WriteByte(']')
-	if from == "" {
-		from = labelNone
+	return r
+}
+
+// mergeFrom folds source-version labels: one version, or "mixed".
+func mergeFrom(acc, next string, first bool) string {
+	switch {
+	case first || acc == labelNone:
+		return next
+	case next == labelNone || acc == next:
+		return acc
 	}
-	return buf.Bytes(), from, nil
+	return labelMixed
 }
 
 // convertObject appends raw converted to desired to buf and returns the source version label.

@@ -61,6 +61,10 @@ func NewFiller(seed int64) *randfill.Filler {
 				w.Spec.Timeout = &t
 			}
 		},
+		func(fields *metav1.FieldsV1, c randfill.Continue) {
+			// managedFields hold JSON; random bytes would not survive an encode.
+			fields.Raw = []byte(fmt.Sprintf(`{"f:spec":{"f:image":{}},"f:metadata":{"f:labels":{"f:k%d":{}}}}`, c.Intn(100)))
+		},
 		func(c *metav1.Condition, f randfill.Continue) {
 			f.FillNoCustom(c)
 			c.LastTransitionTime = metav1.Unix(f.Int63n(1<<32), 0)
