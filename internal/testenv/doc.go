@@ -9,7 +9,7 @@
 //
 // A typical test:
 //
-//	env := testenv.Start(t, testenv.Options{CRDDirectoryPaths: []string{"../../config/crd"}})
+//	env := testenv.Start(t, testenv.Options{CRDDirectoryPaths: []string{"../crd/bases"}})
 //	if err := env.Client.Create(t.Context(), obj); err != nil { ... }
 //	out, err := env.Kubectl(t, "get", "widgets", "-o", "yaml")
 //

@@ -125,7 +125,7 @@ func Start(tb testing.TB, opts Options) *Env {
 	e.Environment = e.newEnvironment(tb)
 	cfg, err := e.Environment.Start()
 	if err != nil {
-		tb.Fatalf("testenv: starting etcd and kube-apiserver from %s: %v", e.AssetsDir, err)
+		tb.Fatalf("testenv: starting the control plane (binaries from %s): %v", e.AssetsDir, err)
 	}
 	e.Config = cfg
 	e.Client, err = client.New(cfg, client.Options{Scheme: e.Scheme})
@@ -137,10 +137,30 @@ func Start(tb testing.TB, opts Options) *Env {
 		tb.Fatalf("testenv: writing the kubeconfig: %v", err)
 	}
 
+	if len(opts.CRDs) > 0 || len(opts.CRDDirectoryPaths) > 0 {
+		e.installCRDs(tb, envtest.CRDInstallOptions{CRDs: opts.CRDs, Paths: opts.CRDDirectoryPaths, ErrorIfPathMissing: true})
+	}
 	if opts.ControllerManager {
 		e.StartControllerManager(tb)
 	}
 	return e
+}
+
+// InstallCRDs creates CRDs and waits until they are served.
+func (e *Env) InstallCRDs(tb testing.TB, crds ...*apiextensionsv1.CustomResourceDefinition) {
+	tb.Helper()
+	e.installCRDs(tb, envtest.CRDInstallOptions{CRDs: crds})
+}
+
+// installCRDs installs CRDs after the control plane is up rather than through
+// envtest.Environment: envtest's start-up path rewrites or strips the conversion webhook of
+// every CRD whose Go types its scheme does not see as convertible, and this project's CRDs
+// carry conversion webhooks of their own.
+func (e *Env) installCRDs(tb testing.TB, opts envtest.CRDInstallOptions) {
+	tb.Helper()
+	if _, err := envtest.InstallCRDs(e.Config, opts); err != nil {
+		tb.Fatalf("testenv: installing CRDs: %v", err)
+	}
 }
 
 // DefaultScheme returns a new scheme with client-go's built-in types and
@@ -177,9 +197,6 @@ func (e *Env) newEnvironment(tb testing.TB) *envtest.Environment {
 			KubectlPath: filepath.Join(e.AssetsDir, kubectl),
 		},
 		Scheme:                   e.Scheme,
-		CRDs:                     e.opts.CRDs,
-		CRDDirectoryPaths:        e.opts.CRDDirectoryPaths,
-		ErrorIfCRDPathMissing:    true,
 		WebhookInstallOptions:    e.opts.WebhookInstallOptions,
 		BinaryAssetsDirectory:    e.AssetsDir,
 		ControlPlaneStartTimeout: e.startTimeout(),
