@@ -1,0 +1,258 @@
+package migrate_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/widgetry/widget-operator/api/v1"
+	"github.com/widgetry/widget-operator/api/v1alpha1"
+	"github.com/widgetry/widget-operator/internal/conversion"
+	"github.com/widgetry/widget-operator/internal/conversion/conversiontest"
+	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/migrate"
+	"github.com/widgetry/widget-operator/internal/testenv"
+	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
+)
+
+// Sizes of the integration tests; `make test-long` raises them.
+//
+//	WIDGET_MIGRATE_OBJECTS        objects of the main proofs (default 1000)
+//	WIDGET_MIGRATE_CRASH_OBJECTS  objects of the crash-and-resume proof (default 2000)
+//	WIDGET_MIGRATE_KILLS          kill points of the crash-and-resume proof (default 3)
+func envInt(tb testing.TB, name string, def int) int {
+	tb.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		tb.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+// progressNamespace holds the progress ConfigMaps in the tests; probeNamespace the storage
+// probes of widgetenv.
+const (
+	progressNamespace = "widget-system"
+	probeNamespace    = "probe"
+)
+
+// startEnv boots envtest with the Widget CRD stored in v1alpha1 and creates the namespaces.
+func startEnv(t testing.TB, opts testenv.Options, namespaces ...string) *testenv.Env {
+	t.Helper()
+	env := widgetenv.StartWithConversionWebhook(t, "v1alpha1", opts)
+	for _, ns := range append([]string{progressNamespace, probeNamespace}, namespaces...) {
+		if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatalf("create namespace %s: %v", ns, err)
+		}
+	}
+	return env
+}
+
+// newMigrator connects a Migrator to env with widgetctl's default client limits.
+func newMigrator(t testing.TB, env *testenv.Env) *migrate.Migrator {
+	t.Helper()
+	cfg := *env.Config
+	cfg.QPS, cfg.Burst = migrate.DefaultQPS, migrate.DefaultBurst
+	m, err := migrate.New(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// logSink collects the migrator's log lines for assertions and echoes them to the test log.
+type logSink struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func newLogger(t testing.TB) (logr.Logger, *logSink) {
+	s := &logSink{}
+	return funcr.New(func(prefix, args string) {
+		s.mu.Lock()
+		fmt.Fprintln(&s.buf, args)
+		s.mu.Unlock()
+		t.Log(args)
+	}, funcr.Options{}), s
+}
+
+func (s *logSink) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+// createWidgets creates n Widgets in namespace: even ones through v1alpha1 (realistic
+// objects: labels, annotations, finalizer, five endpoints), odd ones through v1 with what
+// only v1 can hold (paused, fractional timeouts), so that stored v1alpha1 objects carry the
+// conversion-data annotation. Every tenth gets a status.
+func createWidgets(t testing.TB, env *testenv.Env, namespace string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	parallel(t, n, func(i int) error {
+		src := conversiontest.RealisticWidget(namespace, i)
+		src.ObjectMeta = metav1.ObjectMeta{Namespace: namespace, Name: src.Name, Labels: src.Labels,
+			Annotations: src.Annotations, Finalizers: src.Finalizers}
+		status := src.Status
+		src.Status = v1alpha1.WidgetStatus{}
+		var obj client.Object = src
+		if i%2 == 1 {
+			hub := &v1.Widget{}
+			if err := conversion.ConvertWidgetToHub(ctx, src, hub); err != nil {
+				return err
+			}
+			hub.Spec.Paused = i%4 == 1
+			hub.Spec.Timeout = ptr.To(fmt.Sprintf("%d.5s", i%100+1))
+			obj = hub
+		}
+		if err := env.Client.Create(ctx, obj); err != nil {
+			return err
+		}
+		if i%10 != 0 {
+			return nil
+		}
+		// Status through v1alpha1, whatever the object was created through.
+		spoke := &v1alpha1.Widget{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), spoke); err != nil {
+			return err
+		}
+		spoke.Status = status
+		return env.Client.Status().Update(ctx, spoke)
+	})
+}
+
+// parallel runs f(0..n-1) on 8 workers and fails the test on the first error.
+func parallel(t testing.TB, n int, f func(i int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	next := make(chan int)
+	for range 8 {
+		wg.Go(func() {
+			for i := range next {
+				if err := f(i); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("object %d: %w", i, err)
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if firstErr != nil {
+		t.Fatal(firstErr)
+	}
+}
+
+// views are every Widget of a namespace as read through each served version, keyed by name.
+type views struct {
+	hub   map[string]v1.Widget
+	spoke map[string]v1alpha1.Widget
+}
+
+func readViews(t testing.TB, env *testenv.Env, namespace string) views {
+	t.Helper()
+	ctx := context.Background()
+	hubs, spokes := &v1.WidgetList{}, &v1alpha1.WidgetList{}
+	if err := env.Client.List(ctx, hubs, client.InNamespace(namespace)); err != nil {
+		t.Fatalf("list through v1: %v", err)
+	}
+	if err := env.Client.List(ctx, spokes, client.InNamespace(namespace)); err != nil {
+		t.Fatalf("list through v1alpha1: %v", err)
+	}
+	v := views{hub: map[string]v1.Widget{}, spoke: map[string]v1alpha1.Widget{}}
+	for _, w := range hubs.Items {
+		w.ResourceVersion = "" // a re-encoding write moves it, and only it
+		v.hub[w.Name] = w
+	}
+	for _, w := range spokes.Items {
+		w.ResourceVersion = ""
+		v.spoke[w.Name] = w
+	}
+	return v
+}
+
+// assertSameViews checks that every object reads back unchanged through every version.
+func assertSameViews(t testing.TB, before, after views) {
+	t.Helper()
+	if len(after.hub) != len(before.hub) || len(after.spoke) != len(before.spoke) {
+		t.Fatalf("objects: %d through v1 and %d through v1alpha1, want %d and %d", len(after.hub), len(after.spoke), len(before.hub), len(before.spoke))
+	}
+	bad := 0
+	for name, want := range before.hub {
+		if d := conversiontest.Diff(want, after.hub[name]); d != "" && bad < 3 {
+			bad++
+			t.Errorf("%s through v1 changed: %s", name, d)
+		}
+	}
+	for name, want := range before.spoke {
+		if d := conversiontest.Diff(want, after.spoke[name]); d != "" && bad < 6 {
+			bad++
+			t.Errorf("%s through v1alpha1 changed: %s", name, d)
+		}
+	}
+}
+
+// assertStoredIn checks that etcd holds exactly n Widgets in namespace, each encoded in version.
+func assertStoredIn(t testing.TB, env *testenv.Env, namespace, version string, n int) {
+	t.Helper()
+	want := v1.GroupVersion.Group + "/" + version
+	got, wrong := 0, []string{}
+	for key, apiVersion := range widgetenv.StoredAPIVersions(t, env) {
+		if !strings.HasPrefix(key, namespace+"/") {
+			continue
+		}
+		got++
+		if apiVersion != want {
+			wrong = append(wrong, key+"="+apiVersion)
+		}
+	}
+	if got != n || len(wrong) > 0 {
+		t.Fatalf("etcd holds %d Widgets in %s (want %d); %d not in %s, e.g. %v", got, namespace, n, len(wrong), want, wrong[:min(len(wrong), 5)])
+	}
+}
+
+func storedVersions(t testing.TB, env *testenv.Env) []string {
+	t.Helper()
+	c := &apiextensionsv1.CustomResourceDefinition{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: crd.WidgetName}, c); err != nil {
+		t.Fatal(err)
+	}
+	return c.Status.StoredVersions
+}
+
+func progressObject(t testing.TB, env *testenv.Env) migrate.Progress {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	key := client.ObjectKey{Namespace: progressNamespace, Name: migrate.ProgressObjectName(crd.WidgetName)}
+	if err := env.Client.Get(context.Background(), key, cm); err != nil {
+		t.Fatalf("read the progress object: %v", err)
+	}
+	return migrate.DecodeProgress(cm)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,97 @@
+package migrate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// DropManagedFields removes, from every object of CRD crdName, the managedFields entries
+// recorded in version (e.g. "v1alpha1"). The stage engine calls it at `unserve`: the
+// apiserver converts managedFields entries through their recorded version on every
+// server-side apply, so entries of a version that is no longer served make applies to those
+// objects fail (Cluster API's second migration phase). Each write carries the object's
+// resourceVersion; Conflict and NotFound are counted (the next run catches a conflicting
+// object), other errors too. Objects without such entries are not written.
+func (m *Migrator) DropManagedFields(ctx context.Context, crdName, version string) (Counts, error) {
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := m.c.Get(ctx, client.ObjectKey{Name: crdName}, crd); err != nil {
+		return Counts{}, fmt.Errorf("read CRD %s: %w", crdName, err)
+	}
+	apiVersion := crd.Spec.Group + "/" + version
+	var reqVersion string
+	for _, v := range crd.Spec.Versions {
+		if v.Served && (reqVersion == "" || v.Storage) {
+			reqVersion = v.Name
+		}
+	}
+	if reqVersion == "" {
+		return Counts{}, refusef("CRD %s serves no version, so its objects cannot be read", crdName)
+	}
+	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: reqVersion, Resource: crd.Spec.Names.Plural}
+	res := m.meta.Resource(gvr)
+	var counts Counts
+	var firstErr error
+	cont := ""
+	for {
+		list, err := res.List(ctx, metav1.ListOptions{Limit: DefaultPageSize, Continue: cont})
+		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+			cont = "" // idempotent: objects already cleaned have nothing left to drop
+			continue
+		}
+		if err != nil {
+			return counts, fmt.Errorf("list %s: %w", gvr.GroupResource(), err)
+		}
+		for i := range list.Items {
+			o := &list.Items[i]
+			kept := make([]metav1.ManagedFieldsEntry, 0, len(o.ManagedFields))
+			for _, e := range o.ManagedFields {
+				if e.APIVersion != apiVersion {
+					kept = append(kept, e)
+				}
+			}
+			if len(kept) == len(o.ManagedFields) {
+				continue
+			}
+			var mf any = kept
+			if len(kept) == 0 {
+				// An empty list in a patch means "leave managedFields alone"; a single empty
+				// entry means "reset them".
+				mf = []map[string]any{{}}
+			}
+			patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": o.ResourceVersion, "managedFields": mf}})
+			if err != nil {
+				return counts, err
+			}
+			_, err = res.Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+			switch {
+			case err == nil:
+				counts.Migrated++
+			case apierrors.IsConflict(err):
+				counts.Conflict++
+			case apierrors.IsNotFound(err):
+				counts.NotFound++
+			default:
+				counts.Error++
+				if firstErr == nil {
+					firstErr = fmt.Errorf("drop %s managedFields of %s %s: %w", apiVersion, gvr.GroupResource(), objectKey(o.Namespace, o.Name), err)
+				}
+			}
+		}
+		if list.Continue == "" {
+			break
+		}
+		cont = list.Continue
+	}
+	if firstErr != nil {
+		return counts, fmt.Errorf("%d objects kept managedFields of %s (first: %w); rerun", counts.Error, apiVersion, firstErr)
+	}
+	return counts, nil
+}

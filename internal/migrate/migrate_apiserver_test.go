@@ -1,0 +1,196 @@
+package migrate_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/migrate"
+	"github.com/widgetry/widget-operator/internal/testenv"
+	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
+)
+
+// TestMigrateClientForwardAndReverse is the main proof on a real apiserver: Widgets written
+// through both versions, storage flipped to v1, migrated (auto, which must fall back to the
+// client backend on envtest: the API is served but no controller runs); every object reads
+// back unchanged through both versions, etcd holds each in v1, storedVersions is [v1]. Then
+// the reverse: storage back to v1alpha1, migrate --to v1alpha1.
+func TestMigrateClientForwardAndReverse(t *testing.T) {
+	n := envInt(t, "WIDGET_MIGRATE_OBJECTS", 1000)
+	env := startEnv(t, testenv.Options{}, "fleet")
+	ctx := context.Background()
+	createWidgets(t, env, "fleet", n)
+	assertStoredIn(t, env, "fleet", "v1alpha1", n)
+	before := readViews(t, env, "fleet")
+	m := newMigrator(t, env)
+
+	t.Run("refuses --to a version that is not the storage version", func(t *testing.T) {
+		_, err := m.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, To: "v1", ProgressNamespace: progressNamespace, Backend: migrate.BackendClient})
+		if !migrate.IsRefused(err) || !strings.Contains(err.Error(), "kubectl patch crd widgets.widgetry.io --type=json") {
+			t.Fatalf("got %v, want a refusal naming the patch that makes v1 the storage version", err)
+		}
+	})
+	t.Run("nothing to do before the flip", func(t *testing.T) {
+		res, err := m.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, ProgressNamespace: progressNamespace, Backend: migrate.BackendClient})
+		if err != nil || !res.NothingToDo {
+			t.Fatalf("got %+v, %v; want nothing to do: storedVersions is [v1alpha1]", res, err)
+		}
+	})
+
+	t.Run("forward to v1, auto falls back to the client backend", func(t *testing.T) {
+		widgetenv.SetStorageVersion(t, env, "v1", probeNamespace)
+		if got := storedVersions(t, env); !slices.Equal(got, []string{"v1alpha1", "v1"}) {
+			t.Fatalf("storedVersions after the flip %v", got)
+		}
+		log, logs := newLogger(t)
+		start := time.Now()
+		res, err := m.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, ProgressNamespace: progressNamespace,
+			Backend: migrate.BackendAuto, InTreeProbeTimeout: 3 * time.Second, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("migrated %d objects in %s (%.0f obj/s): %+v", res.Counts.Done(), time.Since(start), res.Rate, res.Counts)
+		if res.Backend != migrate.BackendClient || !strings.Contains(res.FellBack, "no controller picked up") ||
+			!strings.Contains(logs.String(), "falling back to the client migrator") {
+			t.Errorf("backend %s, fell back because %q; logs:\n%s", res.Backend, res.FellBack, logs)
+		}
+		if res.Counts.Migrated != int64(n) || res.Counts.Unchanged != 0 || res.Counts.Conflict+res.Counts.NotFound+res.Counts.Error != 0 {
+			t.Errorf("counts %+v, want %d migrated, all rewritten", res.Counts, n)
+		}
+		assertStoredIn(t, env, "fleet", "v1", n)
+		assertSameViews(t, before, readViews(t, env, "fleet"))
+		if got := storedVersions(t, env); !slices.Equal(got, []string{"v1"}) {
+			t.Errorf("storedVersions %v, want [v1]", got)
+		}
+		p := progressObject(t, env)
+		if p.Phase != migrate.PhaseSucceeded || p.Counts.Migrated != int64(n) || p.Backend != "client" || p.Continue != "" {
+			t.Errorf("progress object %+v", p)
+		}
+	})
+
+	t.Run("metrics from the progress object", func(t *testing.T) {
+		c := migrate.NewProgressCollector(env.Client, progressNamespace)
+		want := `
+# HELP widget_migration_failed 1 if the last storage migration of the CRD ended in an error or a refusal to trim, else 0.
+# TYPE widget_migration_failed gauge
+widget_migration_failed{crd="widgets.widgetry.io"} 0
+# HELP widget_migration_in_progress 1 while a storage migration of the CRD is running or was interrupted and not resumed yet, else 0.
+# TYPE widget_migration_in_progress gauge
+widget_migration_in_progress{crd="widgets.widgetry.io"} 0
+# HELP widget_migration_objects_total Objects handled by the current or last storage migration of a CRD, by result (migrated, conflict, not_found, error). Resets when a new migration starts.
+# TYPE widget_migration_objects_total counter
+widget_migration_objects_total{crd="widgets.widgetry.io",result="conflict"} 0
+widget_migration_objects_total{crd="widgets.widgetry.io",result="error"} 0
+widget_migration_objects_total{crd="widgets.widgetry.io",result="migrated"} ` + itoa(n) + `
+widget_migration_objects_total{crd="widgets.widgetry.io",result="not_found"} 0
+`
+		if err := testutil.CollectAndCompare(c, strings.NewReader(want), migrate.MetricObjectsTotal, migrate.MetricInProgress, migrate.MetricFailed); err != nil {
+			t.Error(err)
+		}
+		if got := testutil.CollectAndCount(c, migrate.MetricLastProgressTimestamp); got != 1 {
+			t.Errorf("%d %s series, want 1", got, migrate.MetricLastProgressTimestamp)
+		}
+	})
+
+	t.Run("reverse to v1alpha1", func(t *testing.T) {
+		widgetenv.SetStorageVersion(t, env, "v1alpha1", probeNamespace)
+		res, err := m.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, To: "v1alpha1", ProgressNamespace: progressNamespace, Backend: migrate.BackendClient})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Counts.Migrated != int64(n) || res.Counts.Error != 0 {
+			t.Errorf("counts %+v, want %d migrated", res.Counts, n)
+		}
+		assertStoredIn(t, env, "fleet", "v1alpha1", n)
+		assertSameViews(t, before, readViews(t, env, "fleet"))
+		if got := storedVersions(t, env); !slices.Equal(got, []string{"v1alpha1"}) {
+			t.Errorf("storedVersions %v, want [v1alpha1]", got)
+		}
+	})
+
+	t.Run("status subresource", func(t *testing.T) {
+		widgetenv.SetStorageVersion(t, env, "v1", probeNamespace)
+		res, err := m.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, ProgressNamespace: progressNamespace, Backend: migrate.BackendClient, StatusSubresource: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Counts.Migrated != int64(n) {
+			t.Errorf("counts %+v, want %d migrated", res.Counts, n)
+		}
+		assertStoredIn(t, env, "fleet", "v1", n)
+		assertSameViews(t, before, readViews(t, env, "fleet"))
+		if got := storedVersions(t, env); !slices.Equal(got, []string{"v1"}) {
+			t.Errorf("storedVersions %v, want [v1]", got)
+		}
+	})
+}
+
+// TestTrimAbortsWhenStorageChangesMidRun: another writer changes the CRD's storage while the
+// migration runs; the trim refuses with a clear message and leaves storedVersions alone.
+func TestTrimAbortsWhenStorageChangesMidRun(t *testing.T) {
+	n := envInt(t, "WIDGET_MIGRATE_OBJECTS", 1000)
+	env := startEnv(t, testenv.Options{}, "fleet")
+	ctx := context.Background()
+	createWidgets(t, env, "fleet", n)
+	m := newMigrator(t, env)
+
+	for _, tc := range []struct {
+		name    string
+		flips   []string // storage versions another writer sets mid-run, in order
+		message string
+	}{
+		{"flip to v1alpha1", []string{"v1alpha1"}, "the storage version of CRD widgets.widgetry.io changed from v1 to v1alpha1 during the migration"},
+		{"flip to v1alpha1 and back to v1", []string{"v1alpha1", "v1"}, "the spec of CRD widgets.widgetry.io changed during the migration"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			widgetenv.SetStorageVersion(t, env, "v1", probeNamespace)
+			flipped := false
+			var storedAfterFlip []string
+			onProgress := func(s migrate.Status) {
+				if flipped || s.Counts.Done() < int64(n)/3 {
+					return
+				}
+				flipped = true
+				for _, v := range tc.flips {
+					widgetenv.SetStorageVersion(t, env, v, probeNamespace)
+				}
+				storedAfterFlip = storedVersions(t, env)
+			}
+			res, err := m.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, ProgressNamespace: progressNamespace,
+				Backend: migrate.BackendClient, OnProgress: onProgress, ProgressInterval: 10 * time.Millisecond})
+			if !flipped {
+				t.Fatalf("the migration ended (%+v, %v) before the other writer flipped the storage", res, err)
+			}
+			if !migrate.IsRefused(err) || !strings.Contains(err.Error(), tc.message) || !strings.Contains(err.Error(), "rerun") {
+				t.Fatalf("got %v; want a refusal saying %q and to rerun", err, tc.message)
+			}
+			t.Logf("refusal: %v", err)
+			if got := storedVersions(t, env); !slices.Equal(got, storedAfterFlip) || len(got) < 2 {
+				t.Errorf("storedVersions %v after the refused trim, want them unchanged: %v", got, storedAfterFlip)
+			}
+			if p := progressObject(t, env); p.Phase != migrate.PhaseFailed || !strings.Contains(p.Message, "not trimming") {
+				t.Errorf("progress object phase %s message %q, want Failed with the refusal", p.Phase, p.Message)
+			}
+		})
+	}
+
+	t.Run("a rerun under the new spec migrates and trims", func(t *testing.T) {
+		widgetenv.SetStorageVersion(t, env, "v1", probeNamespace)
+		res, err := m.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, ProgressNamespace: progressNamespace, Backend: migrate.BackendClient})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Resumed {
+			t.Errorf("resumed a migration started under another CRD generation")
+		}
+		assertStoredIn(t, env, "fleet", "v1", n)
+		if got := storedVersions(t, env); !slices.Equal(got, []string{"v1"}) {
+			t.Errorf("storedVersions %v, want [v1]", got)
+		}
+	})
+}
