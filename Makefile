@@ -41,6 +41,20 @@ lint: vet ## gofmt check, go vet, shell syntax.
 build: ## Build the project's binaries into bin/.
 	CGO_ENABLED=0 go build -trimpath -o $(BIN)/ ./cmd/...
 
+IMAGE ?= localhost/widget-operator:dev
+IMAGE_TAR ?= $(BIN)/widget-operator-image.tar
+
+.PHONY: image
+image: build ## Pack bin/widget-manager and bin/widgetctl into a from-scratch image tarball ($(IMAGE_TAR)).
+	@for b in widget-manager widgetctl; do test -x $(BIN)/$$b || { echo "make image: $(BIN)/$$b is missing: 'make build' did not produce it (does cmd/$$b exist yet?)"; exit 1; }; done
+	scripts/toolchain.sh mkimage
+	$(BIN)/mkimage -o $(IMAGE_TAR) -t $(IMAGE) -entrypoint /widget-manager \
+		-label org.opencontainers.image.title=widget-operator \
+		-label org.opencontainers.image.source=https://github.com/widgetry/widget-operator \
+		-label org.opencontainers.image.revision=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
+		$(BIN)/widget-manager:/widget-manager $(BIN)/widgetctl:/widgetctl
+	@echo "load it with: ctr -n k8s.io images import $(IMAGE_TAR), docker load -i $(IMAGE_TAR) or kind load image-archive $(IMAGE_TAR)"
+
 .PHONY: test
 test: tools ## Run every test: unit, envtest and end-to-end (end-to-end needs root).
 	go test $(GO_TEST_FLAGS) ./...

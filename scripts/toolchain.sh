@@ -32,6 +32,8 @@ require_version etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
 require_version helm3 helm.sh/helm/v3 "$HELM3_VERSION"
 require_version helm4 helm.sh/helm/v4 "$HELM4_VERSION"
 require_version devtools sigs.k8s.io/controller-tools "$CONTROLLER_TOOLS_VERSION"
+require_version cert-manager github.com/cert-manager/cert-manager "$CERT_MANAGER_VERSION"
+require_version mkimage github.com/google/go-containerregistry "$GO_CONTAINERREGISTRY_VERSION"
 if grep -E '^[[:space:]]*k8s\.io/[a-z-]+ => k8s\.io/' "$tools/kube/go.mod" | grep -vq " $KUBE_STAGING_VERSION\$"; then
 	echo "scripts/tools/kube/go.mod replaces a staging module with a version other than $KUBE_STAGING_VERSION" >&2
 	exit 1
@@ -55,6 +57,10 @@ helm4_ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=$HELM4_VERSION"
 build() {
 	local name=$1 dir=$2 pkg=$3 ldflags=$4
 	local stamp="$KUBE_VERSION $ETCD_VERSION $HELM3_VERSION $HELM4_VERSION $CONTROLLER_TOOLS_VERSION|$pkg|$ldflags|$(sha256sum "$tools/$dir/go.sum" | cut -c1-16)"
+	# Modules with their own sources (the launcher, mkimage and its images) rebuild when those change.
+	local src
+	src=$(cd "$tools/$dir" && find . -name '*.go' -print0 | sort -z | xargs -0r sha256sum | sha256sum | cut -c1-16)
+	[[ -z $(find "$tools/$dir" -name '*.go' -print -quit) ]] || stamp+="|$CERT_MANAGER_VERSION|$src"
 	if [[ -x "$bin/$name" && "$(cat "$bin/.stamps/$name" 2>/dev/null)" == "$stamp" ]]; then
 		say "$name: up to date"
 		return
@@ -67,7 +73,8 @@ build() {
 	say "$name: built in $((SECONDS - start))s"
 }
 
-all=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy helm3 helm4 controller-gen)
+all=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy helm3 helm4 controller-gen
+	mkimage pause sample-server cert-manager)
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=("${all[@]}")
 
@@ -86,6 +93,18 @@ for n in "${want[@]}"; do
 	helm3) build helm3 helm3 helm.sh/helm/v3/cmd/helm "$helm3_ldflags" ;;
 	helm4) build helm4 helm4 helm.sh/helm/v4/cmd/helm "$helm4_ldflags" ;;
 	controller-gen) build controller-gen devtools sigs.k8s.io/controller-tools/cmd/controller-gen "-s -w" ;;
+	# The end-to-end cluster's image tool, its pause and sample server images' binaries, and the
+	# cert-manager launcher (scripts/README.md).
+	mkimage) build mkimage mkimage . "-s -w" ;;
+	pause | sample-server) build "$n" mkimage "./$n" "-s -w" ;;
+	cert-manager)
+		build cert-manager cert-manager . "-s -w"
+		# Its CRDs, from the same module version, installed without cert-manager's webhook.
+		crds=$(cd "$tools/cert-manager" && go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)/deploy/crds
+		mkdir -p "$bin/cert-manager-crds"
+		cp "$crds"/*.yaml "$bin/cert-manager-crds/"
+		chmod 644 "$bin/cert-manager-crds"/*.yaml
+		;;
 	*) echo "unknown tool $n; known: ${all[*]}" >&2; exit 2 ;;
 	esac
 done

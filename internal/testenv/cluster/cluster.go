@@ -1,0 +1,374 @@
+// Package cluster runs the end-to-end tier's real single-node Kubernetes cluster
+// (scripts/local-cluster.sh) for Go tests: containerd, kubelet and kube-proxy on a node
+// inside a network namespace of its own, next to the pinned control plane, with images
+// imported from tarballs, and on demand cert-manager's real controllers and Prometheus.
+//
+// The apiserver and the pods are reachable only inside that namespace. Tests reach them
+// through Cluster.Config and Cluster.HTTPClient, whose connections are opened from inside
+// the namespace (DialContext), and run command-line tools there with Cluster.Command.
+//
+// It needs root and the Debian packages in scripts/apt-packages.txt. Without them a test
+// fails in CI ($CI set) and is skipped elsewhere; see Require.
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+const (
+	// Name is the network namespace and cgroup name of the cluster.
+	Name = "widget-cluster"
+	// NodeName is the node's name and NodeIP its address inside the namespace.
+	NodeName = "widget-node"
+	NodeIP   = "10.200.0.2"
+	// lockFile serialises clusters across test binaries: one cluster at a time on a machine
+	// (two kubelets on the cgroupfs driver would fight over their cgroups).
+	lockFile = "/tmp/widget-cluster.lock"
+)
+
+// Cluster is a running cluster. Its fields are read-only.
+type Cluster struct {
+	// Root is the repository root, Bin the directory of the pinned binaries.
+	Root, Bin string
+	// Dir is the state directory (scripts/local-cluster.sh's $CLUSTER_DIR); logs are kept
+	// in Dir/logs, pod logs in Dir/varlog/pods.
+	Dir string
+	// NetNS is the path of the cluster's network namespace.
+	NetNS string
+	// Kubeconfig is the cluster-admin kubeconfig (its server is reachable only in NetNS).
+	Kubeconfig string
+	// Config is a cluster-admin rest.Config whose connections are dialled inside NetNS.
+	Config *rest.Config
+	// Client is a clientset on Config.
+	Client kubernetes.Interface
+	// HTTPClient reaches pod IPs and Service ClusterIPs from inside NetNS.
+	HTTPClient *http.Client
+
+	lock    *os.File
+	stopped bool
+	mu      sync.Mutex
+	stops   []func()
+}
+
+// Require checks what the cluster needs (root, the Debian packages, the pinned binaries)
+// and returns the repository root and the binaries directory. When something is missing it
+// fails the test under CI ($CI set) and skips it elsewhere, naming what to install.
+func Require(tb testing.TB) (root, bin string) {
+	tb.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		tb.Fatalf("cluster: %v", err)
+	}
+	bin = filepath.Join(root, "bin")
+	if dir := os.Getenv("CLUSTER_BIN"); dir != "" {
+		bin = dir
+	}
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root (the end-to-end cluster creates namespaces, cgroups and mounts)")
+	}
+	for _, c := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "conntrack", "nsenter", "unshare", "ip", "openssl"} {
+		if _, err := exec.LookPath(c); err != nil {
+			missing = append(missing, c+" (apt-get install -y $(grep -v '^#' scripts/apt-packages.txt))")
+		}
+	}
+	for _, p := range []string{"bridge", "host-local", "portmap"} {
+		if _, err := os.Stat("/usr/lib/cni/" + p); err != nil {
+			missing = append(missing, "/usr/lib/cni/"+p+" (apt-get install -y containernetworking-plugins)")
+		}
+	}
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl", "helm3", "mkimage", "pause", "sample-server"} {
+		if fi, err := os.Stat(filepath.Join(bin, b)); err != nil || fi.Mode()&0o111 == 0 {
+			missing = append(missing, filepath.Join(bin, b)+" (make tools, i.e. scripts/toolchain.sh)")
+		}
+	}
+	if len(missing) > 0 {
+		msg := "cluster: the end-to-end cluster cannot run here; missing:\n  " + strings.Join(missing, "\n  ")
+		if os.Getenv("CI") != "" {
+			tb.Fatal(msg)
+		}
+		tb.Skip(msg + "\n(skipped because $CI is not set; in CI this fails)")
+	}
+	return root, bin
+}
+
+// Start brings a cluster up (scripts/local-cluster.sh up) and tears it down when the test
+// ends, also when it fails; a failed test's component logs are kept and their folder is
+// logged. It waits for a cluster already running in another test binary to go first.
+func Start(tb testing.TB) *Cluster {
+	tb.Helper()
+	root, bin := Require(tb)
+	c := &Cluster{
+		Root:       root,
+		Bin:        bin,
+		Dir:        clusterDir(),
+		NetNS:      "/run/netns/" + Name,
+		Kubeconfig: filepath.Join(clusterDir(), "admin.kubeconfig"),
+	}
+	lock, err := acquireLock(tb, 15*time.Minute)
+	if err != nil {
+		tb.Fatalf("cluster: %v", err)
+	}
+	c.lock = lock
+	tb.Cleanup(func() { c.stop(tb, tb.Failed()) })
+
+	start := time.Now()
+	if out, err := c.script(context.Background(), "up"); err != nil {
+		tb.Fatalf("cluster: scripts/local-cluster.sh up: %v\n%s", err, out)
+	}
+	tb.Logf("cluster: up in %s (state in %s)", time.Since(start).Round(100*time.Millisecond), c.Dir)
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		tb.Fatalf("cluster: loading %s: %v", c.Kubeconfig, err)
+	}
+	cfg.Dial = c.DialContext
+	cfg.QPS, cfg.Burst = 50, 100
+	c.Config = cfg
+	if c.Client, err = kubernetes.NewForConfig(cfg); err != nil {
+		tb.Fatalf("cluster: clientset: %v", err)
+	}
+	c.HTTPClient = &http.Client{
+		Timeout:   10 * time.Second,
+		Transport: &http.Transport{DialContext: c.DialContext, DisableKeepAlives: true},
+	}
+	return c
+}
+
+// Stop tears the cluster down now and fails the test if anything of it is left behind (a
+// process, the namespace, a cgroup or a mount). Start's cleanup does the same; Stop is
+// for tests that check the teardown itself.
+func (c *Cluster) Stop(tb testing.TB) {
+	tb.Helper()
+	c.stop(tb, tb.Failed())
+	if left := Leftovers(c.Dir); len(left) > 0 {
+		tb.Errorf("cluster: left behind after down: %s", strings.Join(left, "; "))
+	}
+}
+
+func (c *Cluster) stop(tb testing.TB, keepLogs bool) {
+	tb.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return
+	}
+	c.stopped = true
+	for i := len(c.stops) - 1; i >= 0; i-- {
+		c.stops[i]()
+	}
+	if keepLogs {
+		if kept, err := c.keepLogs(); err != nil {
+			tb.Logf("cluster: keeping the logs: %v", err)
+		} else {
+			tb.Logf("cluster: component logs of the failed run kept in %s", kept)
+		}
+	}
+	if out, err := c.script(context.Background(), "down", "--purge"); err != nil {
+		tb.Errorf("cluster: scripts/local-cluster.sh down: %v\n%s", err, out)
+	}
+	if c.lock != nil {
+		c.lock.Close() // releases the flock
+	}
+}
+
+// keepLogs copies the component and pod logs to $CLUSTER_LOGS_DIR (default
+// $TMPDIR/widget-cluster-logs-TIME), before down --purge removes the state directory.
+func (c *Cluster) keepLogs() (string, error) {
+	dest := os.Getenv("CLUSTER_LOGS_DIR")
+	if dest == "" {
+		dest = filepath.Join(os.TempDir(), "widget-cluster-logs-"+time.Now().Format("20060102-150405"))
+	}
+	if err := os.MkdirAll(dest, 0o755); err != nil {
+		return "", err
+	}
+	// kubectl describe of everything, while the cluster still answers.
+	if out, err := c.Command(context.Background(), filepath.Join(c.Bin, "kubectl"), "--kubeconfig", c.Kubeconfig,
+		"get", "nodes,pods,services,endpointslices,events,deployments", "-A", "-o", "wide").CombinedOutput(); err == nil {
+		os.WriteFile(filepath.Join(dest, "objects.txt"), out, 0o644)
+	}
+	for _, sub := range []string{"logs", "varlog/pods"} {
+		if _, err := os.Stat(filepath.Join(c.Dir, sub)); err != nil {
+			continue
+		}
+		if out, err := exec.Command("cp", "-a", filepath.Join(c.Dir, sub), dest+"/").CombinedOutput(); err != nil {
+			return "", fmt.Errorf("cp %s: %v: %s", sub, err, out)
+		}
+	}
+	return dest, nil
+}
+
+// onStop registers f to run before the cluster goes down (processes started next to it).
+func (c *Cluster) onStop(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stops = append(c.stops, f)
+}
+
+// Command returns a command that runs inside the cluster's network namespace with
+// KUBECONFIG set to the admin kubeconfig.
+func (c *Cluster) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + c.NetNS, name}, args...)...)
+	cmd.Env = append(os.Environ(),
+		"KUBECONFIG="+c.Kubeconfig,
+		"HELM_CACHE_HOME="+filepath.Join(c.Dir, "helm", "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(c.Dir, "helm", "config"),
+		"HELM_DATA_HOME="+filepath.Join(c.Dir, "helm", "data"),
+		"KUBECACHEDIR="+filepath.Join(c.Dir, "kubectl-cache"),
+	)
+	cmd.Dir = c.Root
+	return cmd
+}
+
+// Run runs a command inside the namespace (see Command) and returns its combined output,
+// failing the test with that output if it fails.
+func (c *Cluster) Run(tb testing.TB, name string, args ...string) string {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := c.Command(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		tb.Fatalf("cluster: %s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// Kubectl runs bin/kubectl against the cluster and returns its output.
+func (c *Cluster) Kubectl(tb testing.TB, args ...string) string {
+	tb.Helper()
+	return c.Run(tb, filepath.Join(c.Bin, "kubectl"), args...)
+}
+
+// Helm runs bin/helm3 against the cluster and returns its output.
+func (c *Cluster) Helm(tb testing.TB, args ...string) string {
+	tb.Helper()
+	return c.Run(tb, filepath.Join(c.Bin, "helm3"), args...)
+}
+
+// ImportImage imports image tarballs (docker or OCI archives, e.g. from bin/mkimage or
+// `make image`) into the node's containerd, so pods with imagePullPolicy IfNotPresent
+// run them without a registry.
+func (c *Cluster) ImportImage(tb testing.TB, tarballs ...string) {
+	tb.Helper()
+	if out, err := c.script(context.Background(), append([]string{"import"}, tarballs...)...); err != nil {
+		tb.Fatalf("cluster: importing %v: %v\n%s", tarballs, err, out)
+	}
+}
+
+// script runs scripts/local-cluster.sh with this cluster's settings.
+func (c *Cluster) script(ctx context.Context, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(c.Root, "scripts", "local-cluster.sh"), args...)
+	cmd.Env = append(os.Environ(), "CLUSTER_DIR="+c.Dir, "CLUSTER_NAME="+Name, "CLUSTER_BIN="+c.Bin)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.Bytes(), err
+}
+
+// Leftovers lists what of a cluster is still present on the machine: its network
+// namespace, processes in it, its cgroups, mounts under its state directory. Empty when
+// the teardown was complete.
+func Leftovers(dir string) []string {
+	var left []string
+	if _, err := os.Stat("/run/netns/" + Name); err == nil {
+		left = append(left, "network namespace /run/netns/"+Name)
+	}
+	cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/" + Name)
+	for _, cg := range cgroups {
+		left = append(left, "cgroup "+cg)
+	}
+	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(mi), "\n") {
+			if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+				left = append(left, "mount "+f[4])
+			}
+		}
+	}
+	// Processes started from the state directory's binaries or with its paths in argv.
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if cmdline := strings.ReplaceAll(string(b), "\x00", " "); strings.Contains(cmdline, dir+"/") {
+			left = append(left, "process "+filepath.Base(filepath.Dir(p))+": "+cmdline)
+		}
+	}
+	return left
+}
+
+func clusterDir() string {
+	if d := os.Getenv("CLUSTER_DIR"); d != "" {
+		return d
+	}
+	return "/tmp/widget-cluster"
+}
+
+// acquireLock takes the machine-wide cluster lock, waiting up to timeout.
+func acquireLock(tb testing.TB, timeout time.Duration) (*os.File, error) {
+	f, err := os.OpenFile(lockFile, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", lockFile, err)
+	}
+	deadline := time.Now().Add(timeout)
+	logged := false
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("locking %s: %w", lockFile, err)
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("another end-to-end cluster held %s for %s", lockFile, timeout)
+		}
+		if !logged {
+			tb.Logf("cluster: waiting for another test binary's cluster to go down (%s)", lockFile)
+			logged = true
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// repoRoot walks up from this source file (or the working directory under -trimpath) to
+// the directory holding scripts/local-cluster.sh.
+func repoRoot() (string, error) {
+	start, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		start = filepath.Dir(file)
+	}
+	for dir := start; ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "scripts", "local-cluster.sh")); err == nil {
+			return dir, nil
+		}
+		if filepath.Dir(dir) == dir {
+			return "", fmt.Errorf("no scripts/local-cluster.sh above %s; run the tests inside the repository", start)
+		}
+	}
+}

@@ -1,0 +1,5 @@
+package cluster
+
+import "syscall"
+
+const sysSetns = syscall.SYS_SETNS

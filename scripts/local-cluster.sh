@@ -1,0 +1,479 @@
+#!/usr/bin/env bash
+# A real single-node Kubernetes cluster for the end-to-end tests and the demo, run offline as
+# root inside a network namespace and a private mount namespace of its own (scripts/README.md).
+#
+# Usage: scripts/local-cluster.sh COMMAND
+#   up                 start the cluster (a stale one is torn down first); prints the env
+#   down [--purge]     stop every process, remove the cgroups, the namespace and the state
+#                      (logs are kept in $CLUSTER_DIR/logs unless --purge)
+#   status             exit 0 if the apiserver is ready and the node is Ready
+#   env                print shell exports (KUBECONFIG, CLUSTER_NETNS, CONTAINERD_ADDRESS)
+#   kubectl ARGS...    kubectl against the cluster, run inside the namespace
+#   exec CMD ARGS...   any command inside the namespace with KUBECONFIG set (helm, curl, ...)
+#   import TAR...      import image tarballs (docker or OCI archives) into the node's containerd
+#   logs               list the component logs
+#
+# Environment: CLUSTER_DIR (state, default /tmp/widget-cluster), CLUSTER_NAME (namespace and
+# cgroup name, default widget-cluster), CLUSTER_BIN (Kubernetes binaries, default bin/).
+#
+# The apiserver listens on 10.200.0.2:6443 inside the namespace only. The host reaches it by
+# entering the namespace: `local-cluster.sh kubectl ...`, `local-cluster.sh exec helm ...`, or
+# `nsenter --net=/run/netns/$CLUSTER_NAME CMD`; the Go helper (internal/testenv/cluster)
+# dials from inside the namespace itself.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+self="$root/scripts/local-cluster.sh"
+D=${CLUSTER_DIR:-/tmp/widget-cluster}
+NAME=${CLUSTER_NAME:-widget-cluster}
+BIN=${CLUSTER_BIN:-$root/bin}
+NETNS=/run/netns/$NAME
+NODE=widget-node
+NODE_IP=10.200.0.2
+PEER_IP=10.200.0.1
+SERVICE_CIDR=10.96.0.0/16
+API_SERVICE_IP=10.96.0.1
+CLUSTER_CIDR=10.244.0.0/16
+POD_CIDR=10.244.0.0/24
+PAUSE_IMAGE=localhost/widget-cluster/pause:v1
+CGROUP_CONTROLLERS=(cpu cpuacct cpuset memory devices freezer blkio pids systemd hugetlb net_cls net_prio perf_event unified)
+KUBECONFIG_ADMIN=$D/admin.kubeconfig
+SOCK=$D/containerd/containerd.sock
+
+say() { printf '[local-cluster %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { say "error: $*"; exit 1; }
+in_ns() { nsenter --net="$NETNS" "$@"; }
+
+check_prereqs() {
+	[[ $(id -u) == 0 ]] || die "must run as root (it creates a network namespace, cgroups and mounts), as kind needs docker"
+	local missing=()
+	for c in containerd containerd-shim-runc-v2 runc ctr iptables conntrack nsenter unshare ip openssl mount; do
+		command -v "$c" >/dev/null || missing+=("$c")
+	done
+	for p in bridge host-local portmap loopback; do
+		[[ -x /usr/lib/cni/$p ]] || missing+=("/usr/lib/cni/$p")
+	done
+	((${#missing[@]} == 0)) || die "missing ${missing[*]}: apt-get install -y \$(grep -v '^#' $root/scripts/apt-packages.txt)"
+	missing=()
+	for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl mkimage pause; do
+		[[ -x $BIN/$b ]] || missing+=("$b")
+	done
+	((${#missing[@]} == 0)) || die "missing ${missing[*]} in $BIN: run scripts/toolchain.sh (make tools)"
+}
+
+# ---------------------------------------------------------------------------------------------
+# PKI: one CA signs everything; EC keys are quick to make.
+
+cert() { # cert NAME CN [O] [SANS]
+	local name=$1 cn=$2 o=${3:-} san=${4:-}
+	local subj="/CN=$cn"
+	[[ -z $o ]] || subj="/O=$o$subj"
+	openssl ecparam -name prime256v1 -genkey -noout -out "$D/pki/$name.key" 2>/dev/null
+	{
+		echo "basicConstraints=CA:FALSE"
+		echo "keyUsage=critical,digitalSignature,keyEncipherment"
+		echo "extendedKeyUsage=serverAuth,clientAuth"
+		[[ -z $san ]] || echo "subjectAltName=$san"
+	} >"$D/pki/$name.ext"
+	openssl req -new -key "$D/pki/$name.key" -subj "$subj" 2>/dev/null |
+		openssl x509 -req -CA "$D/pki/ca.crt" -CAkey "$D/pki/ca.key" -CAcreateserial -days 365 \
+			-extfile "$D/pki/$name.ext" -out "$D/pki/$name.crt" 2>/dev/null
+}
+
+kubeconfig() { # kubeconfig FILE CERTNAME
+	cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: $NAME
+  cluster:
+    server: https://$NODE_IP:6443
+    certificate-authority: $D/pki/ca.crt
+users:
+- name: $2
+  user:
+    client-certificate: $D/pki/$2.crt
+    client-key: $D/pki/$2.key
+contexts:
+- name: $NAME
+  context: {cluster: $NAME, user: $2}
+current-context: $NAME
+EOF
+}
+
+make_pki() {
+	mkdir -p "$D/pki"
+	openssl ecparam -name prime256v1 -genkey -noout -out "$D/pki/ca.key" 2>/dev/null
+	openssl req -x509 -new -key "$D/pki/ca.key" -subj "/CN=$NAME-ca" -days 3650 -out "$D/pki/ca.crt" 2>/dev/null
+	cert apiserver kube-apiserver "" \
+		"IP:$NODE_IP,IP:$API_SERVICE_IP,IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+	cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters
+	cert admin kubernetes-admin system:masters
+	cert controller-manager system:kube-controller-manager
+	cert scheduler system:kube-scheduler
+	cert kube-proxy system:kube-proxy
+	cert kubelet "system:node:$NODE" system:nodes "IP:$NODE_IP,DNS:$NODE"
+	openssl genrsa -out "$D/pki/sa.key" 2048 2>/dev/null
+	openssl rsa -in "$D/pki/sa.key" -pubout -out "$D/pki/sa.pub" 2>/dev/null
+	kubeconfig "$KUBECONFIG_ADMIN" admin
+	for c in controller-manager scheduler kube-proxy kubelet; do kubeconfig "$D/$c.kubeconfig" "$c"; done
+}
+
+# ---------------------------------------------------------------------------------------------
+# Configuration files.
+
+write_configs() {
+	mkdir -p "$D/cni/net.d" "$D/containerd" "$D/kubelet" "$D/varlog/pods" "$D/varlog/containers"
+	cat >"$D/cni/net.d/10-widget.conflist" <<EOF
+{
+  "cniVersion": "0.4.0",
+  "name": "widget-pods",
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+     "ipam": {"type": "host-local", "dataDir": "$D/cni/ipam", "ranges": [[{"subnet": "$POD_CIDR"}]],
+              "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+EOF
+	# restrict_oom_score_adj: without CAP_SYS_RESOURCE every sandbox fails with "can't get final
+	# child's PID from pipe: EOF" (nsexec cannot lower oom_score_adj).
+	cat >"$D/containerd/config.toml" <<EOF
+version = 2
+root = "$D/containerd/root"
+state = "$D/containerd/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp"]
+[grpc]
+  address = "$SOCK"
+[ttrpc]
+  address = "$D/containerd/containerd.sock.ttrpc"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$D/cni/net.d"
+EOF
+	echo "nameserver $PEER_IP" >"$D/resolv.conf"
+	cat >"$D/kubelet/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+cgroupRoot: /$NAME
+failCgroupV1: false
+failSwapOn: false
+containerRuntimeEndpoint: unix://$SOCK
+podLogsDir: /var/log/pods
+address: 0.0.0.0
+port: 10250
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+readOnlyPort: 0
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $D/pki/ca.crt}
+authorization:
+  mode: Webhook
+tlsCertFile: $D/pki/kubelet.crt
+tlsPrivateKeyFile: $D/pki/kubelet.key
+resolvConf: $D/resolv.conf
+clusterDomain: cluster.local
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+registerNode: true
+staticPodPath: ""
+syncFrequency: 10s
+fileCheckFrequency: 10s
+nodeStatusUpdateFrequency: 5s
+EOF
+	cat >"$D/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+hostnameOverride: $NODE
+clusterCIDR: $CLUSTER_CIDR
+clientConnection: {kubeconfig: $D/kube-proxy.kubeconfig}
+bindAddress: 0.0.0.0
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+EOF
+}
+
+# ---------------------------------------------------------------------------------------------
+# Network namespace: lo, a veth pair with both ends inside (this kernel has no dummy driver),
+# the node IP, a default route that leads nowhere, forwarding on.
+
+make_netns() {
+	# `ip netns add` turns /run/netns into a mount point if it is not one; down undoes that.
+	mountpoint -q /run/netns 2>/dev/null || touch "$D/run-netns-mounted-by-us"
+	ip netns add "$NAME"
+	ip -n "$NAME" link set lo up
+	ip -n "$NAME" link add wc0 type veth peer name wc1
+	ip -n "$NAME" addr add "$NODE_IP/24" dev wc0
+	ip -n "$NAME" addr add "$PEER_IP/24" dev wc1
+	ip -n "$NAME" link set wc0 up
+	ip -n "$NAME" link set wc1 up
+	ip -n "$NAME" route add default via "$PEER_IP" dev wc0
+	# /proc/sys/net is the caller's namespace's: nsenter, not `ip netns exec` (which remounts
+	# /sys and loses /sys/fs/cgroup).
+	in_ns sh -c 'echo 1 >/proc/sys/net/ipv4/ip_forward'
+	modprobe br_netfilter 2>/dev/null || true
+	in_ns sh -c 'f=/proc/sys/net/bridge/bridge-nf-call-iptables; [ ! -e $f ] || echo 1 >$f'
+}
+
+make_cgroups() {
+	# kubelet's cgroupRoot: everything the node runs lives under /$NAME, so down can find it
+	# and two clusters would not share /kubepods.
+	local c
+	for c in "${CGROUP_CONTROLLERS[@]}"; do
+		[[ -d /sys/fs/cgroup/$c ]] || continue
+		mkdir -p "/sys/fs/cgroup/$c/$NAME"
+		if [[ $c == cpuset ]]; then
+			cat /sys/fs/cgroup/cpuset/cpuset.cpus >"/sys/fs/cgroup/cpuset/$NAME/cpuset.cpus"
+			cat /sys/fs/cgroup/cpuset/cpuset.mems >"/sys/fs/cgroup/cpuset/$NAME/cpuset.mems"
+		fi
+	done
+}
+
+# ---------------------------------------------------------------------------------------------
+# Inside the namespaces: `up` re-executes this script as `_inside` under
+# `nsenter --net=… unshare --mount --propagation private`, so every component shares one
+# private mount namespace (kubelet's volume mounts must be visible to containerd and runc).
+
+start() { # start NAME CMD ARGS...: run in the background, log and pid under $D
+	local name=$1
+	shift
+	setsid "$@" >>"$D/logs/$name.log" 2>&1 </dev/null &
+	echo $! >"$D/pids/$name.pid"
+}
+
+wait_for() { # wait_for WHAT SECONDS CMD...
+	local what=$1 secs=$2 i
+	shift 2
+	for ((i = 0; i < secs * 5; i++)); do
+		if "$@" >/dev/null 2>&1; then return 0; fi
+		sleep 0.2
+	done
+	die "$what not ready after ${secs}s; see $D/logs"
+}
+
+inside() {
+	# A private /run (containerd's shim sockets, pod network namespaces), /var/lib (CNI cache)
+	# and /var/log (pod logs, kept in $D/varlog): nothing lands on the host's.
+	mount -t tmpfs -o mode=755 tmpfs /run
+	mkdir -p /run/containerd /run/netns
+	mount -t tmpfs -o mode=755 tmpfs /var/lib
+	mkdir -p /var/lib/cni
+	mount --bind "$D/varlog" /var/log
+	# Names resolve to nothing outside: no lookup leaves the namespace.
+	mount --bind "$D/resolv.conf" /etc/resolv.conf
+
+	local k="$BIN"
+	start etcd "$k/etcd" --name "$NODE" --data-dir "$D/etcd" \
+		--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+		--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+		--initial-cluster "$NODE=http://127.0.0.1:2380" --unsafe-no-fsync --listen-metrics-urls http://127.0.0.1:2381
+	start containerd containerd --config "$D/containerd/config.toml"
+	start kube-apiserver "$k/kube-apiserver" \
+		--etcd-servers http://127.0.0.1:2379 \
+		--bind-address 0.0.0.0 --secure-port 6443 --advertise-address "$NODE_IP" \
+		--service-cluster-ip-range "$SERVICE_CIDR" \
+		--tls-cert-file "$D/pki/apiserver.crt" --tls-private-key-file "$D/pki/apiserver.key" \
+		--client-ca-file "$D/pki/ca.crt" \
+		--kubelet-client-certificate "$D/pki/apiserver-kubelet-client.crt" \
+		--kubelet-client-key "$D/pki/apiserver-kubelet-client.key" \
+		--service-account-issuer https://kubernetes.default.svc.cluster.local \
+		--service-account-key-file "$D/pki/sa.pub" \
+		--service-account-signing-key-file "$D/pki/sa.key" \
+		--authorization-mode Node,RBAC \
+		--enable-admission-plugins NodeRestriction \
+		--allow-privileged=true \
+		--kubelet-preferred-address-types InternalIP \
+		--profiling=false
+	wait_for kube-apiserver 90 "$k/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" get --raw /readyz
+	start kube-controller-manager "$k/kube-controller-manager" \
+		--kubeconfig "$D/controller-manager.kubeconfig" \
+		--authentication-kubeconfig "$D/controller-manager.kubeconfig" \
+		--authorization-kubeconfig "$D/controller-manager.kubeconfig" \
+		--bind-address 127.0.0.1 --secure-port 10257 --leader-elect=false \
+		--allocate-node-cidrs --cluster-cidr "$CLUSTER_CIDR" --node-cidr-mask-size 24 \
+		--service-cluster-ip-range "$SERVICE_CIDR" \
+		--root-ca-file "$D/pki/ca.crt" \
+		--service-account-private-key-file "$D/pki/sa.key" \
+		--use-service-account-credentials \
+		--cluster-signing-cert-file "$D/pki/ca.crt" --cluster-signing-key-file "$D/pki/ca.key"
+	start kube-scheduler "$k/kube-scheduler" \
+		--kubeconfig "$D/scheduler.kubeconfig" \
+		--authentication-kubeconfig "$D/scheduler.kubeconfig" \
+		--authorization-kubeconfig "$D/scheduler.kubeconfig" \
+		--bind-address 127.0.0.1 --secure-port 10259 --leader-elect=false
+	wait_for containerd 30 ctr --address "$SOCK" version
+	ctr --address "$SOCK" -n k8s.io images import --no-unpack=false "$D/images/pause.tar" >>"$D/logs/images.log" 2>&1 ||
+		die "importing the pause image failed; see $D/logs/images.log"
+	start kubelet "$k/kubelet" \
+		--config "$D/kubelet/config.yaml" \
+		--kubeconfig "$D/kubelet.kubeconfig" \
+		--root-dir "$D/kubelet" --cert-dir "$D/kubelet/pki" \
+		--hostname-override "$NODE" --node-ip "$NODE_IP" --v 2
+	start kube-proxy "$k/kube-proxy" --config "$D/kube-proxy.yaml" --v 2
+}
+
+# ---------------------------------------------------------------------------------------------
+
+cmd_up() {
+	check_prereqs
+	if [[ -e $NETNS || -d $D/pids ]]; then
+		say "tearing down a previous cluster first"
+		cmd_down
+	fi
+	local t0=$SECONDS
+	rm -rf "$D"
+	mkdir -p "$D/logs" "$D/pids" "$D/images"
+	make_pki
+	write_configs
+	"$BIN/mkimage" -o "$D/images/pause.tar" -t "$PAUSE_IMAGE" -label org.opencontainers.image.title=pause \
+		"$BIN/pause:/pause" >>"$D/logs/images.log"
+	make_netns
+	make_cgroups
+	CLUSTER_DIR=$D CLUSTER_NAME=$NAME CLUSTER_BIN=$BIN \
+		nsenter --net="$NETNS" unshare --mount --propagation private -- "$self" _inside \
+		>>"$D/logs/up.log" 2>&1 || { say "starting the components failed:"; tail -5 "$D/logs/up.log" >&2; exit 1; }
+	say "control plane up in $((SECONDS - t0))s; waiting for the node"
+	local kc=("$BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN")
+	wait_for "node $NODE" 120 in_ns "${kc[@]}" wait --for=condition=Ready "node/$NODE" --timeout=1s
+	wait_for "default ServiceAccount" 60 in_ns "${kc[@]}" get serviceaccount default -n default
+	say "cluster up in $((SECONDS - t0))s"
+	cmd_env
+}
+
+# pids_in_cluster prints every process of the cluster: those in its network namespace
+# (control plane, containerd, shims) and those in its cgroups (containers). It leaves out
+# this script and its ancestors (a Go test may have a thread inside the namespace).
+pids_in_cluster() {
+	local skip=" $$ " p=$$
+	while [[ $p -gt 1 ]]; do
+		p=$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null || echo 1)
+		skip+="$p "
+	done
+	{
+		[[ -e $NETNS ]] && ip netns pids "$NAME" 2>/dev/null
+		local c
+		for c in "${CGROUP_CONTROLLERS[@]}"; do
+			[[ -d /sys/fs/cgroup/$c/$NAME ]] || continue
+			find "/sys/fs/cgroup/$c/$NAME" -name cgroup.procs -exec cat {} + 2>/dev/null
+		done
+		for f in "$D"/pids/*.pid; do [[ -e $f ]] && cat "$f"; done
+	} | sort -un | while read -r pid; do
+		[[ -d /proc/$pid && $skip != *" $pid "* ]] && echo "$pid"
+	done
+	return 0
+}
+
+cmd_down() {
+	[[ $(id -u) == 0 ]] || die "must run as root"
+	local pids i
+	# kubelet first so it restarts nothing, then everything else.
+	for n in kubelet kube-proxy; do
+		[[ -e $D/pids/$n.pid ]] && kill "$(cat "$D/pids/$n.pid")" 2>/dev/null || true
+	done
+	pids=$(pids_in_cluster)
+	[[ -z $pids ]] || kill $pids 2>/dev/null || true
+	for ((i = 0; i < 50; i++)); do
+		pids=$(pids_in_cluster)
+		[[ -n $pids ]] || break
+		((i < 15)) || kill -9 $pids 2>/dev/null || true
+		sleep 0.2
+	done
+	[[ -z $(pids_in_cluster) ]] || die "processes left: $(pids_in_cluster | tr '\n' ' ')"
+	for ((i = 0; i < 20; i++)); do
+		local left=0 c
+		for c in "${CGROUP_CONTROLLERS[@]}"; do
+			[[ -d /sys/fs/cgroup/$c/$NAME ]] || continue
+			find "/sys/fs/cgroup/$c/$NAME" -depth -type d -exec rmdir {} + 2>/dev/null || left=1
+		done
+		((left)) || break
+		sleep 0.2
+	done
+	[[ ! -e $NETNS ]] || ip netns del "$NAME"
+	if [[ -e $D/run-netns-mounted-by-us ]] && [[ -z $(ls -A /run/netns 2>/dev/null) ]]; then
+		umount /run/netns 2>/dev/null && rmdir /run/netns 2>/dev/null || true
+	fi
+	if [[ -d $D ]]; then
+		if [[ ${1:-} == --purge ]]; then
+			rm -rf "$D"
+		else
+			find "$D" -mindepth 1 -maxdepth 1 ! -name logs ! -name varlog -exec rm -rf {} +
+		fi
+	fi
+	local leftover
+	leftover=$(leftovers)
+	[[ -z $leftover ]] || die "left behind: $leftover"
+	say "cluster down"
+}
+
+# leftovers names anything of the cluster still present; empty when clean.
+leftovers() {
+	local out=() c
+	[[ ! -e $NETNS ]] || out+=("namespace $NETNS")
+	[[ -z $(pids_in_cluster) ]] || out+=("processes $(pids_in_cluster | tr '\n' ' ')")
+	for c in "${CGROUP_CONTROLLERS[@]}"; do
+		[[ ! -d /sys/fs/cgroup/$c/$NAME ]] || out+=("cgroup /sys/fs/cgroup/$c/$NAME")
+	done
+	grep -qF " $D/" /proc/self/mountinfo && out+=("mounts under $D")
+	echo "${out[*]}"
+}
+
+cmd_status() {
+	[[ -e $NETNS ]] || { echo "down"; return 1; }
+	in_ns "$BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" get --raw /readyz >/dev/null 2>&1 || { echo "apiserver not ready"; return 1; }
+	in_ns "$BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" get nodes
+}
+
+cmd_env() {
+	cat <<EOF
+export KUBECONFIG=$KUBECONFIG_ADMIN
+export CLUSTER_NETNS=$NETNS
+export CLUSTER_DIR=$D
+export CONTAINERD_ADDRESS=$SOCK
+# the apiserver ($NODE_IP:6443) is reachable inside the namespace only:
+#   nsenter --net=$NETNS kubectl get nodes   (or: $self kubectl get nodes)
+EOF
+}
+
+cmd_import() {
+	local t
+	for t in "$@"; do
+		ctr --address "$SOCK" -n k8s.io images import "$t" || die "importing $t failed"
+	done
+}
+
+case ${1:-} in
+up) cmd_up ;;
+down) shift; cmd_down "$@" ;;
+status) cmd_status ;;
+env) cmd_env ;;
+kubectl) shift; exec nsenter --net="$NETNS" "$BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@" ;;
+exec) shift; KUBECONFIG=$KUBECONFIG_ADMIN exec nsenter --net="$NETNS" "$@" ;;
+import) shift; cmd_import "$@" ;;
+logs) ls -l "$D/logs" ;;
+_inside) inside ;;
+*) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
