@@ -73,3 +73,60 @@ func Version(c *apiextensionsv1.CustomResourceDefinition, name string) *apiexten
 	}
 	return nil
 }
+
+// Stage is one step of the staged API upgrade (DESIGN.md).
+type Stage string
+
+// The five stages, in order.
+const (
+	StageInitial     Stage = "initial"
+	StageAddVersion  Stage = "add-version"
+	StageFlipStorage Stage = "flip-storage"
+	StageMigrate     Stage = "migrate"
+	StageUnserve     Stage = "unserve"
+)
+
+// Stages lists the stages in upgrade order.
+var Stages = []Stage{StageInitial, StageAddVersion, StageFlipStorage, StageMigrate, StageUnserve}
+
+// DeprecationWarning is what clients of v1alpha1 see from add-version on.
+const DeprecationWarning = "widgetry.io/v1alpha1 Widget is deprecated; use widgetry.io/v1 (runbooks/upgrade/add-version.md)"
+
+// ParseStage returns the named stage or an error listing the valid ones.
+func ParseStage(name string) (Stage, error) {
+	for _, s := range Stages {
+		if string(s) == name {
+			return s, nil
+		}
+	}
+	return "", fmt.Errorf("unknown stage %q; the stages are initial, add-version, flip-storage, migrate, unserve", name)
+}
+
+// ApplyStageFlags sets the Widget CRD's versions as DESIGN.md's stage table says: which
+// versions exist, which are served, which is stored, and the deprecation of v1alpha1. The
+// schemas come from the generated CRD; everything else on c (conversion, metadata) is kept.
+func ApplyStageFlags(c *apiextensionsv1.CustomResourceDefinition, stage Stage) error {
+	base := Widget()
+	alpha := Version(base, "v1alpha1").DeepCopy()
+	hub := Version(base, "v1").DeepCopy()
+	switch stage {
+	case StageInitial:
+		alpha.Served, alpha.Storage = true, true
+		c.Spec.Versions = []apiextensionsv1.CustomResourceDefinitionVersion{*alpha}
+		return nil
+	case StageAddVersion:
+		alpha.Served, alpha.Storage, hub.Served, hub.Storage = true, true, true, false
+	case StageFlipStorage, StageMigrate:
+		alpha.Served, alpha.Storage, hub.Served, hub.Storage = true, false, true, true
+	case StageUnserve:
+		alpha.Served, alpha.Storage, hub.Served, hub.Storage = false, false, true, true
+	default:
+		_, err := ParseStage(string(stage))
+		return err
+	}
+	alpha.Deprecated, alpha.DeprecationWarning = true, ptrTo(DeprecationWarning)
+	c.Spec.Versions = []apiextensionsv1.CustomResourceDefinitionVersion{*alpha, *hub}
+	return nil
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -3,18 +3,15 @@ package testenv
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -36,14 +33,7 @@ type ControllerManager struct {
 	// URL is its secure serving endpoint (https://127.0.0.1:<port>), serving /healthz
 	// and /metrics with a self-signed certificate.
 	URL string
-	// Args are the command-line flags it was started with.
-	Args []string
-	// LogFile is the path of its combined stdout and stderr.
-	LogFile string
-
-	cmd     *exec.Cmd
-	exited  chan struct{} // closed when the process has exited
-	waitErr error         // the process's exit status, valid once exited is closed
+	*Process
 }
 
 // StartControllerManager starts <assets>/kube-controller-manager against e's apiserver
@@ -80,15 +70,13 @@ func (e *Env) StartControllerManager(tb testing.TB) *ControllerManager {
 		if err != nil {
 			tb.Fatalf("testenv: finding a free port for kube-controller-manager: %v", err)
 		}
-		cm := &ControllerManager{
-			URL:     "https://127.0.0.1:" + strconv.Itoa(port),
-			Args:    e.controllerManagerArgs(kubeconfig, port),
-			LogFile: log.Name(),
-		}
-		if err := cm.start(filepath.Join(e.AssetsDir, kubeControllerManager), log); err != nil {
+		proc, err := StartProcess(kubeControllerManager, filepath.Join(e.AssetsDir, kubeControllerManager),
+			e.controllerManagerArgs(kubeconfig, port), nil, log)
+		if err != nil {
 			tb.Fatalf("testenv: %v", err)
 		}
-		tb.Cleanup(func() { cm.stop(tb) })
+		cm := &ControllerManager{URL: "https://127.0.0.1:" + strconv.Itoa(port), Process: proc}
+		tb.Cleanup(func() { cm.Stop(tb, stopGracePeriod) })
 
 		err = cm.waitHealthy(e.startTimeout())
 		if err == nil {
@@ -162,22 +150,6 @@ func (e *Env) controllerManagerArgs(kubeconfig string, port int) []string {
 	return args
 }
 
-// start launches the process with its output in log and watches for its exit.
-func (cm *ControllerManager) start(path string, log *os.File) error {
-	cm.cmd = exec.Command(path, cm.Args...)
-	cm.cmd.Stdout, cm.cmd.Stderr = log, log
-	setParentDeathSignal(cm.cmd)
-	if err := cm.cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s: %w", path, err)
-	}
-	cm.exited = make(chan struct{})
-	go func() {
-		cm.waitErr = cm.cmd.Wait()
-		close(cm.exited)
-	}()
-	return nil
-}
-
 // waitHealthy polls /healthz?verbose until it answers 200 and lists a check besides
 // "ping": the server comes up before the controllers are built, answering with the ping
 // check alone, and the controllers' checks are registered all at once when they have
@@ -247,33 +219,7 @@ func (cm *ControllerManager) lostPortRace() bool {
 	default:
 		return false
 	}
-	data, err := os.ReadFile(cm.LogFile)
-	return err == nil && strings.Contains(string(data), "address already in use")
-}
-
-// stop sends SIGTERM and waits stopGracePeriod for the exit before sending SIGKILL. It
-// signals the child by its PID only.
-func (cm *ControllerManager) stop(tb testing.TB) {
-	select {
-	case <-cm.exited:
-		return
-	default:
-	}
-	if err := cm.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		tb.Logf("testenv: sending SIGTERM to kube-controller-manager (pid %d): %v", cm.cmd.Process.Pid, err)
-	}
-	select {
-	case <-cm.exited:
-		return
-	case <-time.After(stopGracePeriod):
-	}
-	tb.Logf("testenv: kube-controller-manager (pid %d) still running %s after SIGTERM; killing it",
-		cm.cmd.Process.Pid, stopGracePeriod)
-	if err := cm.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		tb.Errorf("testenv: killing kube-controller-manager (pid %d): %v", cm.cmd.Process.Pid, err)
-		return
-	}
-	<-cm.exited
+	return cm.logContains("address already in use")
 }
 
 // freePort asks the kernel for a free loopback port. The port is free when freePort

@@ -129,3 +129,10 @@ func serial(tb testing.TB) *big.Int {
 	}
 	return n
 }
+
+// CertPool is a pool holding only this CA, for clients.
+func (ca *CA) CertPool() *x509.CertPool {
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	return pool
+}

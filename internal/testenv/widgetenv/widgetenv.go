@@ -232,4 +232,3 @@ func StoredAPIVersions(tb testing.TB, env *testenv.Env) map[string]string {
 	}
 	return out
 }
-

@@ -1,0 +1,67 @@
+// Command widget-manager runs the Widget controller (leader-elected) and the conversion,
+// defaulting and validation webhooks (on every replica). See internal/manager.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/widgetry/widget-operator/internal/manager"
+	"github.com/widgetry/widget-operator/internal/version"
+)
+
+func main() {
+	opts := manager.DefaultOptions()
+	fs := flag.CommandLine
+	fs.StringVar(&opts.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "The manager's namespace: catalog entries and the leader-election Lease (default $POD_NAMESPACE).")
+	fs.IntVar(&opts.WebhookPort, "webhook-port", opts.WebhookPort, "Port of the HTTPS webhook server (/convert, /mutate-…, /validate-…).")
+	fs.StringVar(&opts.WebhookCertDir, "webhook-cert-dir", opts.WebhookCertDir, "Directory with the webhook serving certificate; reloaded when it changes.")
+	fs.StringVar(&opts.WebhookCertName, "webhook-cert-name", opts.WebhookCertName, "Certificate file name in --webhook-cert-dir.")
+	fs.StringVar(&opts.WebhookKeyName, "webhook-key-name", opts.WebhookKeyName, "Key file name in --webhook-cert-dir.")
+	fs.Int64Var(&opts.MaxConversionBodyBytes, "conversion-max-body-bytes", opts.MaxConversionBodyBytes, "Largest ConversionReview accepted; the apiserver sends whole LIST pages.")
+	fs.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", opts.MetricsBindAddress, "Address of the HTTPS metrics endpoint (authenticated and authorized); 0 disables it.")
+	fs.StringVar(&opts.MetricsCertDir, "metrics-cert-dir", "", "Directory with tls.crt/tls.key for metrics; empty: a self-signed certificate.")
+	fs.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", opts.HealthProbeBindAddress, "Address of /healthz and /readyz.")
+	tls13 := fs.Bool("tls-min-version-1.3", false, "Require TLS 1.3 (default minimum: TLS 1.2).")
+	fs.BoolVar(&opts.EnableHTTP2, "enable-http2", false, "Serve HTTP/2 on the webhook and metrics servers (off by default: HTTP/2 rapid-reset CVEs).")
+	fs.BoolVar(&opts.LeaderElection, "leader-elect", opts.LeaderElection, "Elect one controller among the replicas; webhooks run on every replica regardless.")
+	fs.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", opts.LeaseDuration, "Lease duration.")
+	fs.DurationVar(&opts.RenewDeadline, "leader-elect-renew-deadline", opts.RenewDeadline, "Renew deadline.")
+	fs.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", opts.RetryPeriod, "Retry period.")
+	fs.DurationVar(&opts.DrainDelay, "drain-delay", opts.DrainDelay, "After SIGTERM, how long webhooks keep serving (readiness failing) before shutting down.")
+	fs.DurationVar(&opts.GracefulShutdownTimeout, "graceful-shutdown-timeout", opts.GracefulShutdownTimeout, "Bound on each shutdown phase.")
+	showVersion := fs.Bool("version", false, "Print the version and exit.")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(fs)
+	flag.Parse()
+
+	if *showVersion {
+		fmt.Println("widget-manager", version.String())
+		return
+	}
+	if *tls13 {
+		opts.TLSMinVersion = tls.VersionTLS13
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	opts.ExtraCollectors = extraCollectors()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "widget-manager: no Kubernetes configuration:", err)
+		os.Exit(2)
+	}
+	if err := manager.Run(ctrl.LoggerInto(ctx, ctrl.Log.WithName("widget-manager")), cfg, opts); err != nil {
+		ctrl.Log.Error(err, "widget-manager stopped with an error")
+		os.Exit(1)
+	}
+}

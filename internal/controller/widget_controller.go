@@ -1,0 +1,283 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	v1 "github.com/widgetry/widget-operator/api/v1"
+	"github.com/widgetry/widget-operator/internal/crd"
+)
+
+// Name is the controller's name, the `controller` label of controller-runtime's metrics.
+const Name = "widget"
+
+// WidgetReconciler reconciles Widgets of the CRD's current storage version.
+type WidgetReconciler struct {
+	Client client.Client
+	// APIReader reads without the cache (the CRD at start-up).
+	APIReader client.Reader
+	Cache     cache.Cache
+	Recorder  events.EventRecorder
+	// CatalogNamespace holds the catalog entries: the operator's namespace.
+	CatalogNamespace string
+
+	mu         sync.RWMutex
+	storage    storageVersion
+	controller controller.Controller
+}
+
+// SetupWithManager reads the CRD's storage version, then watches Widgets of that version,
+// their Deployments and Services, their catalog entries, and the CRD itself.
+//
+// When the storage version flips, the controller switches its Widget watch inside the
+// process (a new informer for the new version, the old one removed) instead of exiting for
+// the Deployment to restart it: every replica sees the flip at the same moment, and a
+// restart of all of them at once would also take down the webhooks that serve conversion
+// during exactly that upgrade step.
+func (r *WidgetReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	c := &apiextensionsv1.CustomResourceDefinition{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: crd.WidgetName}, c); err != nil {
+		return fmt.Errorf("read CRD %s to find its storage version: %w", crd.WidgetName, err)
+	}
+	sv, err := storageVersionFor(storageVersionOf(c))
+	if err != nil {
+		return err
+	}
+	r.storage = sv
+
+	owner := handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &v1.Widget{}, handler.OnlyControllerOwner())
+	r.controller, err = ctrl.NewControllerManagedBy(mgr).
+		Named(Name).
+		WatchesRawSource(r.widgetSource(sv)).
+		Watches(&appsv1.Deployment{}, owner).
+		Watches(&corev1.Service{}, owner).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(catalogEntryToWidget),
+			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+				return o.GetNamespace() == r.CatalogNamespace && o.GetLabels()[CatalogLabel] == "true"
+			}))).
+		Watches(&apiextensionsv1.CustomResourceDefinition{}, handler.Funcs{
+			UpdateFunc: func(ctx context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				r.followStorageVersion(ctx, e.ObjectNew.(*apiextensionsv1.CustomResourceDefinition))
+			},
+		}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == crd.WidgetName }))).
+		Build(r)
+	return err
+}
+
+// widgetSource watches Widgets of one version; its events are dropped once another version
+// has become the storage version.
+func (r *WidgetReconciler) widgetSource(sv storageVersion) source.Source {
+	return source.Kind(r.Cache, sv.newObject(), &handler.EnqueueRequestForObject{},
+		predicate.NewPredicateFuncs(func(client.Object) bool { return r.currentStorage().name() == sv.name() }))
+}
+
+func (r *WidgetReconciler) currentStorage() storageVersion {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.storage
+}
+
+// followStorageVersion switches the Widget watch when the CRD's storage version changed. The
+// new informer lists every Widget, which enqueues them all: their owner references are then
+// rewritten to the new version, before the old one can stop being served.
+func (r *WidgetReconciler) followStorageVersion(ctx context.Context, c *apiextensionsv1.CustomResourceDefinition) {
+	log := logf.FromContext(ctx)
+	version := storageVersionOf(c)
+	old := r.currentStorage()
+	if version == "" || version == old.name() {
+		return
+	}
+	sv, err := storageVersionFor(version)
+	if err != nil {
+		log.Error(err, "cannot follow the storage version flip; still watching the old version", "old", old.name(), "new", version)
+		return
+	}
+	r.mu.Lock()
+	r.storage = sv
+	r.mu.Unlock()
+	if err := r.controller.Watch(r.widgetSource(sv)); err != nil {
+		log.Error(err, "watching Widgets of the new storage version", "version", version)
+		return
+	}
+	if err := r.Cache.RemoveInformer(ctx, old.newObject()); err != nil {
+		log.Error(err, "removing the informer of the old storage version", "version", old.name())
+	}
+	log.Info("storage version changed: now watching the new storage version", "old", old.name(), "new", version)
+}
+
+// storageVersionOf returns the CRD's storage version ("" if none is marked).
+func storageVersionOf(c *apiextensionsv1.CustomResourceDefinition) string {
+	for _, v := range c.Spec.Versions {
+		if v.Storage {
+			return v.Name
+		}
+	}
+	return ""
+}
+
+// catalogEntryToWidget maps a catalog entry back to its Widget, so a deleted or edited
+// entry is repaired.
+func catalogEntryToWidget(_ context.Context, o client.Object) []reconcile.Request {
+	cm, ok := o.(*corev1.ConfigMap)
+	if !ok || cm.Data["namespace"] == "" || cm.Data["name"] == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: cm.Data["namespace"], Name: cm.Data["name"]}}}
+}
+
+// Reconcile brings one Widget's children, catalog entry and status in line with its spec.
+func (r *WidgetReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+	sv := r.currentStorage()
+	obj := sv.newObject()
+	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	w, err := sv.toHub(obj)
+	if err != nil {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, "ConversionFailed", "Reconcile", "cannot read the Widget: %v", err)
+		return ctrl.Result{}, fmt.Errorf("convert %s to the hub: %w", req, err)
+	}
+	if !obj.GetDeletionTimestamp().IsZero() {
+		return ctrl.Result{}, r.finalize(ctx, obj, w)
+	}
+
+	// The finalizer goes on before the catalog entry is written, so no entry can outlive
+	// its Widget.
+	if !controllerutil.ContainsFinalizer(obj, Finalizer) {
+		base := obj.DeepCopyObject().(client.Object)
+		controllerutil.AddFinalizer(obj, Finalizer)
+		if err := r.Client.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add finalizer %s to %s: %w", Finalizer, req, err)
+		}
+	}
+
+	dep, applyErr := r.applyChildren(ctx, obj, w, sv)
+	if applyErr != nil {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, "ReconcileFailed", "Reconcile", "%v", applyErr)
+	}
+	status := computeStatus(w, sv.status(obj), dep, applyErr)
+	if err := r.writeStatus(ctx, obj, sv, status); err != nil {
+		return ctrl.Result{}, errors.Join(applyErr, err)
+	}
+	return ctrl.Result{}, applyErr
+}
+
+// applyChildren server-side applies the catalog entry, the Deployment and the Service, and
+// returns the Deployment as the apiserver answered.
+func (r *WidgetReconciler) applyChildren(ctx context.Context, obj client.Object, w *v1.Widget, sv storageVersion) (*appsv1.Deployment, error) {
+	ownerAPIVersion := v1.GroupVersion.Group + "/" + sv.name()
+	opts := []client.ApplyOption{client.FieldOwner(FieldManager), client.ForceOwnership}
+
+	if err := r.Client.Apply(ctx, desiredCatalogEntry(w, r.CatalogNamespace), opts...); err != nil {
+		return nil, fmt.Errorf("apply catalog entry %s/%s: %w", r.CatalogNamespace, CatalogEntryName(w.Namespace, w.Name), err)
+	}
+
+	existing := &appsv1.Deployment{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: w.Namespace, Name: w.Name}, existing)
+	created := apierrors.IsNotFound(err)
+	if err := r.Client.Apply(ctx, desiredDeployment(w, ownerAPIVersion), opts...); err != nil {
+		return nil, fmt.Errorf("apply Deployment %s/%s: %w", w.Namespace, w.Name, err)
+	}
+	if created {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, "DeploymentCreated", "Create", "created Deployment %s", w.Name)
+	}
+
+	if svc := desiredService(w, ownerAPIVersion); svc != nil {
+		if err := r.Client.Apply(ctx, svc, opts...); err != nil {
+			return nil, fmt.Errorf("apply Service %s/%s: %w", w.Namespace, w.Name, err)
+		}
+	} else if err := r.deleteOwnedService(ctx, obj, w); err != nil {
+		return nil, err
+	}
+
+	dep := &appsv1.Deployment{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: w.Namespace, Name: w.Name}, dep); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil // the cache has not seen it yet; its event will requeue
+		}
+		return nil, err
+	}
+	return dep, nil
+}
+
+// deleteOwnedService removes the Service of a Widget that no longer has endpoints.
+func (r *WidgetReconciler) deleteOwnedService(ctx context.Context, obj client.Object, w *v1.Widget) error {
+	svc := &corev1.Service{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: w.Namespace, Name: w.Name}, svc); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if ref := metav1.GetControllerOf(svc); ref == nil || ref.UID != w.UID {
+		return nil
+	}
+	if err := r.Client.Delete(ctx, svc, client.Preconditions{UID: &svc.UID}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete Service %s/%s of a Widget without endpoints: %w", w.Namespace, w.Name, err)
+	}
+	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, "ServiceDeleted", "Delete", "deleted Service %s: the Widget has no endpoints", w.Name)
+	return nil
+}
+
+// writeStatus writes status through the status subresource, only when it changed.
+func (r *WidgetReconciler) writeStatus(ctx context.Context, obj client.Object, sv storageVersion, status v1.WidgetStatus) error {
+	if equality.Semantic.DeepEqual(sv.status(obj), status) {
+		return nil
+	}
+	base := obj.DeepCopyObject().(client.Object)
+	sv.setStatus(obj, &status)
+	if err := r.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("write status of %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
+	}
+	return nil
+}
+
+// finalize removes the catalog entry, and only once it is gone, the finalizer. Children are
+// the garbage collector's: their owner references cascade the deletion.
+func (r *WidgetReconciler) finalize(ctx context.Context, obj client.Object, w *v1.Widget) error {
+	if !controllerutil.ContainsFinalizer(obj, Finalizer) {
+		return nil
+	}
+	entry := &corev1.ConfigMap{}
+	entry.Namespace, entry.Name = r.CatalogNamespace, CatalogEntryName(w.Namespace, w.Name)
+	if err := r.Client.Delete(ctx, entry); client.IgnoreNotFound(err) != nil {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, "CatalogCleanupFailed", "Delete", "deleting catalog entry %s/%s: %v", entry.Namespace, entry.Name, err)
+		return fmt.Errorf("delete catalog entry %s/%s: %w", entry.Namespace, entry.Name, err)
+	}
+	// Confirm with a read that bypasses the cache: the finalizer may only go once the entry
+	// is really gone.
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(entry), &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		if err == nil {
+			err = errors.New("still present")
+		}
+		return fmt.Errorf("catalog entry %s/%s: %w", entry.Namespace, entry.Name, err)
+	}
+	base := obj.DeepCopyObject().(client.Object)
+	controllerutil.RemoveFinalizer(obj, Finalizer)
+	if err := r.Client.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("remove finalizer %s from %s/%s: %w", Finalizer, w.Namespace, w.Name, err)
+	}
+	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, "CatalogEntryDeleted", "Delete", "removed catalog entry %s/%s", entry.Namespace, entry.Name)
+	return nil
+}

@@ -1,0 +1,372 @@
+package controller_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1 "github.com/widgetry/widget-operator/api/v1"
+	"github.com/widgetry/widget-operator/api/v1alpha1"
+	"github.com/widgetry/widget-operator/internal/controller"
+	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/testenv"
+	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
+)
+
+const timeout = 30 * time.Second
+
+func key(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
+
+func createNamespace(t *testing.T, c client.Client, name string) {
+	t.Helper()
+	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func alphaWidget(ns, name string) *v1alpha1.Widget {
+	return &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.WidgetSpec{Image: "registry.example.com/sample:v1", Replicas: ptr.To[int32](2),
+			Endpoints: []v1alpha1.Endpoint{{Name: "http", Port: 8080}, {Name: "admin", Port: 9090}}}}
+}
+
+// ownedBy checks obj's controller owner reference: the Widget, through apiVersion, blocking
+// owner deletion.
+func ownedBy(obj client.Object, w client.Object, apiVersion string) error {
+	ref := metav1.GetControllerOf(obj)
+	if ref == nil {
+		return fmt.Errorf("%T %s has no controller owner reference", obj, obj.GetName())
+	}
+	if ref.UID != w.GetUID() || ref.Kind != "Widget" || ref.APIVersion != apiVersion || !ptr.Deref(ref.BlockOwnerDeletion, false) {
+		return fmt.Errorf("%T %s owner reference %+v, want Widget %s through %s blocking owner deletion", obj, obj.GetName(), *ref, w.GetUID(), apiVersion)
+	}
+	return nil
+}
+
+func catalogEntry(c client.Client, ns, name string) error {
+	return c.Get(context.Background(), key(widgetenv.Namespace, controller.CatalogEntryName(ns, name)), &corev1.ConfigMap{})
+}
+
+// TestWidgetLifecycle runs the operator against a real apiserver with the garbage collector
+// of a real kube-controller-manager: children, owner references, status, drift repair, the
+// three deletion propagation policies, and the finalizer with the operator down.
+func TestWidgetLifecycle(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{Scheme: widgetenv.Scheme()})
+	op := widgetenv.Setup(t, env, crd.StageAddVersion)
+	// Started after the CRD exists, so the garbage collector knows Widgets from the start
+	// rather than after its next discovery resync.
+	env.StartControllerManager(t)
+	mgr := op.StartManager(t, widgetenv.ManagerOptions{})
+	c := env.Client
+	ctx := context.Background()
+	createNamespace(t, c, "apps")
+
+	w := alphaWidget("apps", "shop")
+	if err := c.Create(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	dep, svc := &appsv1.Deployment{}, &corev1.Service{}
+	testenv.Eventually(t, timeout, "Deployment and Service owned by the Widget", func() error {
+		if err := c.Get(ctx, key("apps", "shop"), dep); err != nil {
+			return err
+		}
+		if err := c.Get(ctx, key("apps", "shop"), svc); err != nil {
+			return err
+		}
+		return errors.Join(ownedBy(dep, w, "widgetry.io/v1alpha1"), ownedBy(svc, w, "widgetry.io/v1alpha1"))
+	})
+	if *dep.Spec.Replicas != 2 || len(dep.Spec.Template.Spec.Containers[0].Ports) != 2 || len(svc.Spec.Ports) != 2 || svc.Spec.Ports[0].Name != "admin" {
+		t.Errorf("children do not follow the spec: replicas %d, container ports %v, service ports %v", *dep.Spec.Replicas, dep.Spec.Template.Spec.Containers[0].Ports, svc.Spec.Ports)
+	}
+	testenv.Eventually(t, timeout, "finalizer, catalog entry and status", func() error {
+		got := &v1alpha1.Widget{}
+		if err := c.Get(ctx, key("apps", "shop"), got); err != nil {
+			return err
+		}
+		if !controllerutil.ContainsFinalizer(got, controller.Finalizer) {
+			return errors.New("no finalizer")
+		}
+		if got.Status.ObservedGeneration != got.Generation || meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady) == nil || meta.FindStatusCondition(got.Status.Conditions, v1.ConditionProgressing) == nil {
+			return fmt.Errorf("status %+v for generation %d", got.Status, got.Generation)
+		}
+		return catalogEntry(c, "apps", "shop")
+	})
+
+	t.Run("observedGeneration follows a spec change made through v1", func(t *testing.T) {
+		hub := &v1.Widget{}
+		if err := c.Get(ctx, key("apps", "shop"), hub); err != nil {
+			t.Fatal(err)
+		}
+		hub.Spec.Size = ptr.To[int32](3)
+		hub.Spec.Paused = true
+		if err := c.Update(ctx, hub); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, timeout, "Deployment scaled and paused, status observed", func() error {
+			got := &v1.Widget{}
+			if err := c.Get(ctx, key("apps", "shop"), got); err != nil {
+				return err
+			}
+			if err := c.Get(ctx, key("apps", "shop"), dep); err != nil {
+				return err
+			}
+			if *dep.Spec.Replicas != 3 || !dep.Spec.Paused || got.Status.ObservedGeneration != got.Generation {
+				return fmt.Errorf("replicas %d paused %v observedGeneration %d generation %d", *dep.Spec.Replicas, dep.Spec.Paused, got.Status.ObservedGeneration, got.Generation)
+			}
+			if cond := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionProgressing); cond.Reason != controller.ReasonPaused {
+				return fmt.Errorf("Progressing %s/%s, want reason Paused", cond.Status, cond.Reason)
+			}
+			return nil
+		})
+	})
+
+	t.Run("drift is repaired", func(t *testing.T) {
+		if err := c.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "shop"}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: widgetenv.Namespace, Name: controller.CatalogEntryName("apps", "shop")}}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, timeout, "Service and catalog entry recreated", func() error {
+			return errors.Join(c.Get(ctx, key("apps", "shop"), &corev1.Service{}), catalogEntry(c, "apps", "shop"))
+		})
+	})
+
+	t.Run("background deletion removes the children after the Widget", func(t *testing.T) {
+		w := alphaWidget("apps", "bg")
+		if err := c.Create(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		waitChildren(t, c, "apps", "bg")
+		if err := c.Delete(ctx, w, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, timeout, "Widget, catalog entry, Deployment and Service gone", func() error {
+			return allGone(c, key("apps", "bg"), &v1alpha1.Widget{}, &appsv1.Deployment{}, &corev1.Service{}, catalogKey("apps", "bg"))
+		})
+	})
+
+	t.Run("foreground deletion keeps the Widget until its Deployment is gone", func(t *testing.T) {
+		w := alphaWidget("apps", "fg")
+		if err := c.Create(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		waitChildren(t, c, "apps", "fg")
+		// A finalizer of the test's holds the Deployment, so the wait is observable.
+		hold := &appsv1.Deployment{}
+		setHold := func(on bool) {
+			t.Helper()
+			if err := retryConflict(func() error {
+				if err := c.Get(ctx, key("apps", "fg"), hold); err != nil {
+					return err
+				}
+				if on {
+					controllerutil.AddFinalizer(hold, "test.widgetry.io/hold")
+				} else {
+					controllerutil.RemoveFinalizer(hold, "test.widgetry.io/hold")
+				}
+				return c.Update(ctx, hold)
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		setHold(true)
+		if err := c.Delete(ctx, w, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, timeout, "the Deployment is being deleted", func() error {
+			if err := c.Get(ctx, key("apps", "fg"), hold); err != nil {
+				return err
+			}
+			if hold.DeletionTimestamp.IsZero() {
+				return errors.New("no deletionTimestamp on the Deployment yet")
+			}
+			return nil
+		})
+		time.Sleep(2 * time.Second)
+		got := &v1alpha1.Widget{}
+		if err := c.Get(ctx, key("apps", "fg"), got); err != nil {
+			t.Fatalf("the Widget went before its Deployment: %v", err)
+		}
+		if got.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(got, metav1.FinalizerDeleteDependents) {
+			t.Fatalf("Widget deletionTimestamp %v finalizers %v, want foregroundDeletion", got.DeletionTimestamp, got.Finalizers)
+		}
+		setHold(false)
+		testenv.Eventually(t, timeout, "Widget gone after its Deployment", func() error {
+			return allGone(c, key("apps", "fg"), &v1alpha1.Widget{}, &appsv1.Deployment{}, &corev1.Service{}, catalogKey("apps", "fg"))
+		})
+	})
+
+	t.Run("orphan deletion keeps the children without the owner reference", func(t *testing.T) {
+		w := alphaWidget("apps", "orphan")
+		if err := c.Create(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		waitChildren(t, c, "apps", "orphan")
+		if err := c.Delete(ctx, w, client.PropagationPolicy(metav1.DeletePropagationOrphan)); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, timeout, "Widget gone, children orphaned", func() error {
+			if err := allGone(c, key("apps", "orphan"), &v1alpha1.Widget{}, catalogKey("apps", "orphan")); err != nil {
+				return err
+			}
+			for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}} {
+				if err := c.Get(ctx, key("apps", "orphan"), obj); err != nil {
+					return fmt.Errorf("orphaned %T: %w", obj, err)
+				}
+				if len(obj.GetOwnerReferences()) != 0 {
+					return fmt.Errorf("%T still has owner references %v", obj, obj.GetOwnerReferences())
+				}
+			}
+			return nil
+		})
+	})
+
+	t.Run("with the operator down the Widget stays Terminating, and coming back finishes it", func(t *testing.T) {
+		w := alphaWidget("apps", "stuck")
+		if err := c.Create(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		waitChildren(t, c, "apps", "stuck")
+		testenv.Eventually(t, timeout, "catalog entry", func() error { return catalogEntry(c, "apps", "stuck") })
+		mgr.Stop(t, 30*time.Second)
+		if err := c.Delete(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second)
+		got := &v1alpha1.Widget{}
+		if err := c.Get(ctx, key("apps", "stuck"), got); err != nil {
+			t.Fatalf("the Widget is gone with the operator down: %v", err)
+		}
+		if got.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(got, controller.Finalizer) {
+			t.Fatalf("want Terminating with %s, got deletionTimestamp %v finalizers %v", controller.Finalizer, got.DeletionTimestamp, got.Finalizers)
+		}
+		if err := catalogEntry(c, "apps", "stuck"); err != nil {
+			t.Fatalf("catalog entry removed with the operator down: %v", err)
+		}
+		op.StartManager(t, widgetenv.ManagerOptions{})
+		testenv.Eventually(t, timeout, "deletion completes", func() error {
+			return allGone(c, key("apps", "stuck"), &v1alpha1.Widget{}, catalogKey("apps", "stuck"))
+		})
+	})
+}
+
+type catalogObj struct{ client.ObjectKey }
+
+func catalogKey(ns, name string) catalogObj {
+	return catalogObj{key(widgetenv.Namespace, controller.CatalogEntryName(ns, name))}
+}
+
+// allGone checks that every object (at k, or a catalog entry) is NotFound.
+func allGone(c client.Client, k client.ObjectKey, objs ...any) error {
+	for _, o := range objs {
+		var err error
+		switch o := o.(type) {
+		case catalogObj:
+			err = c.Get(context.Background(), o.ObjectKey, &corev1.ConfigMap{})
+		case client.Object:
+			err = c.Get(context.Background(), k, o)
+		}
+		if err == nil {
+			return fmt.Errorf("%T %v still exists", o, k)
+		}
+		if !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+func waitChildren(t *testing.T, c client.Client, ns, name string) {
+	t.Helper()
+	testenv.Eventually(t, timeout, "Deployment and Service of "+name, func() error {
+		return errors.Join(c.Get(context.Background(), key(ns, name), &appsv1.Deployment{}), c.Get(context.Background(), key(ns, name), &corev1.Service{}))
+	})
+}
+
+// TestControllerFollowsStages: the controller works at every stage, watching the storage
+// version, and after the flip it rewrites owner references to v1 before v1alpha1 goes.
+func TestControllerFollowsStages(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{Scheme: widgetenv.Scheme()})
+	op := widgetenv.Setup(t, env, crd.StageInitial)
+	op.StartManager(t, widgetenv.ManagerOptions{})
+	c := env.Client
+	ctx := context.Background()
+	createNamespace(t, c, "stages")
+
+	w := alphaWidget("stages", "w")
+	if err := c.Create(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	expectChildren := func(t *testing.T, size int32, ownerAPIVersion string, within time.Duration) {
+		t.Helper()
+		testenv.Eventually(t, within, fmt.Sprintf("children with %d replicas owned through %s", size, ownerAPIVersion), func() error {
+			dep, svc := &appsv1.Deployment{}, &corev1.Service{}
+			if err := errors.Join(c.Get(ctx, key("stages", "w"), dep), c.Get(ctx, key("stages", "w"), svc)); err != nil {
+				return err
+			}
+			if *dep.Spec.Replicas != size {
+				return fmt.Errorf("replicas %d", *dep.Spec.Replicas)
+			}
+			return errors.Join(ownedBy(dep, w, ownerAPIVersion), ownedBy(svc, w, ownerAPIVersion))
+		})
+	}
+	setSize := func(t *testing.T, obj client.Object, size int32) {
+		t.Helper()
+		err := retryConflict(func() error {
+			if err := c.Get(ctx, key("stages", "w"), obj); err != nil {
+				return err
+			}
+			switch o := obj.(type) {
+			case *v1.Widget:
+				o.Spec.Size = &size
+			case *v1alpha1.Widget:
+				o.Spec.Replicas = &size
+			}
+			return c.Update(ctx, obj)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	expectChildren(t, 2, "widgetry.io/v1alpha1", timeout)
+	setSize(t, &v1alpha1.Widget{}, 3)
+	expectChildren(t, 3, "widgetry.io/v1alpha1", timeout)
+
+	op.SetStage(t, crd.StageAddVersion)
+	setSize(t, &v1.Widget{}, 4)
+	expectChildren(t, 4, "widgetry.io/v1alpha1", timeout)
+
+	op.SetStage(t, crd.StageFlipStorage)
+	setSize(t, &v1.Widget{}, 5)
+	// Seconds after the flip: reconciled through the new storage version, owner references
+	// rewritten to v1.
+	expectChildren(t, 5, "widgetry.io/v1", 10*time.Second)
+
+	op.SetStage(t, crd.StageUnserve)
+	setSize(t, &v1.Widget{}, 6)
+	expectChildren(t, 6, "widgetry.io/v1", timeout)
+}
+
+func retryConflict(fn func() error) error {
+	for i := 0; ; i++ {
+		err := fn()
+		if err == nil || !apierrors.IsConflict(err) || i > 20 {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+

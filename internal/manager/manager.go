@@ -1,0 +1,295 @@
+// Package manager runs widget-manager: the Widget controller under leader election and the
+// webhooks (conversion, defaulting, validation) active on every replica, behind one HTTPS
+// server, with secure metrics and separate health probes.
+//
+// The controller and the webhooks run in two controller-runtime managers in one process so
+// that shutdown can be ordered: on SIGTERM readiness fails at once, the controller stops and
+// releases its lease (a standby takes over within a retry period), the webhooks keep serving
+// for the drain delay while endpoints are removed, and only then shut down. With a single
+// manager the lease would be released only after every runnable, webhooks included, stopped.
+package manager
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	v1 "github.com/widgetry/widget-operator/api/v1"
+	"github.com/widgetry/widget-operator/api/v1alpha1"
+	"github.com/widgetry/widget-operator/internal/controller"
+	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/webhook"
+)
+
+// LeaderElectionID is the Lease the controller replicas compete for.
+const LeaderElectionID = "widget-operator.widgetry.io"
+
+// Options configure Run; cmd/widget-manager maps flags onto them.
+type Options struct {
+	// Namespace is the manager's own namespace: the catalog and the leader-election Lease.
+	Namespace string
+
+	WebhookPort     int
+	WebhookCertDir  string
+	WebhookCertName string
+	WebhookKeyName  string
+	// MaxConversionBodyBytes bounds a ConversionReview (webhook.DefaultMaxConversionBodyBytes).
+	MaxConversionBodyBytes int64
+
+	// MetricsBindAddress serves /metrics over HTTPS behind authentication and authorization;
+	// "0" disables it.
+	MetricsBindAddress string
+	// MetricsCertDir holds tls.crt/tls.key for metrics; empty means a self-signed certificate.
+	MetricsCertDir         string
+	HealthProbeBindAddress string
+
+	// TLSMinVersion is tls.VersionTLS12 or tls.VersionTLS13.
+	TLSMinVersion uint16
+	// EnableHTTP2 re-enables HTTP/2 on the webhook and metrics servers (off: CVE-2023-44487,
+	// CVE-2023-39325).
+	EnableHTTP2 bool
+
+	LeaderElection bool
+	LeaseDuration  time.Duration
+	RenewDeadline  time.Duration
+	RetryPeriod    time.Duration
+
+	// DrainDelay is how long webhooks keep serving after SIGTERM, with readiness failing,
+	// so endpoints are removed before the server stops.
+	DrainDelay time.Duration
+	// GracefulShutdownTimeout bounds each manager's shutdown.
+	GracefulShutdownTimeout time.Duration
+
+	// ExtraCollectors are registered on the metrics registry (CRD, migration, build info).
+	ExtraCollectors []func(reader client.Reader, leaf func() CertificateLeaf) error
+}
+
+// CertificateLeaf is the serving certificate's expiry, for metrics.
+type CertificateLeaf struct {
+	NotAfter time.Time
+	Loaded   bool
+}
+
+// DefaultOptions are the defaults cmd/widget-manager's flags start from.
+func DefaultOptions() Options {
+	return Options{
+		WebhookPort:             9443,
+		WebhookCertDir:          "/tmp/k8s-webhook-server/serving-certs",
+		WebhookCertName:         "tls.crt",
+		WebhookKeyName:          "tls.key",
+		MaxConversionBodyBytes:  webhook.DefaultMaxConversionBodyBytes,
+		MetricsBindAddress:      ":8443",
+		HealthProbeBindAddress:  ":8081",
+		TLSMinVersion:           tls.VersionTLS12,
+		LeaderElection:          true,
+		LeaseDuration:           15 * time.Second,
+		RenewDeadline:           10 * time.Second,
+		RetryPeriod:             2 * time.Second,
+		DrainDelay:              10 * time.Second,
+		GracefulShutdownTimeout: 30 * time.Second,
+	}
+}
+
+// Scheme returns the scheme the manager uses: client-go's types, CRDs and both Widget versions.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(apiextensionsv1.AddToScheme(s))
+	utilruntime.Must(v1.AddToScheme(s))
+	utilruntime.Must(v1alpha1.AddToScheme(s))
+	return s
+}
+
+// TLSOptions returns the tls.Config settings of every server the manager runs: a minimum
+// version and, unless enabled, no HTTP/2.
+func TLSOptions(minVersion uint16, enableHTTP2 bool) func(*tls.Config) {
+	return func(c *tls.Config) {
+		c.MinVersion = minVersion
+		if !enableHTTP2 {
+			c.NextProtos = []string{"http/1.1"}
+		}
+	}
+}
+
+// Run starts the webhooks and the controller and blocks until ctx is cancelled, then shuts
+// down in order: readiness fails, the controller stops and releases its lease, the webhooks
+// drain for DrainDelay and stop.
+func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
+	log := logf.FromContext(ctx)
+	if opts.Namespace == "" {
+		return errors.New("the manager's namespace is not set: pass --namespace or set POD_NAMESPACE")
+	}
+	scheme := Scheme()
+	cert := newServingCertificate(opts.WebhookCertDir, opts.WebhookCertName, opts.WebhookKeyName)
+	tlsOpts := TLSOptions(opts.TLSMinVersion, opts.EnableHTTP2)
+	var draining atomic.Bool
+
+	webhookServer := crwebhook.NewServer(crwebhook.Options{
+		Port: opts.WebhookPort,
+		TLSOpts: []func(*tls.Config){tlsOpts, func(c *tls.Config) {
+			c.GetCertificate = cert.GetCertificate
+		}},
+	})
+	metricsOpts := metricsserver.Options{BindAddress: opts.MetricsBindAddress, SecureServing: true,
+		FilterProvider: filters.WithAuthenticationAndAuthorization, TLSOpts: []func(*tls.Config){tlsOpts}, CertDir: opts.MetricsCertDir}
+	webhookMgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		WebhookServer:           webhookServer,
+		Metrics:                 metricsOpts,
+		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
+		GracefulShutdownTimeout: &opts.GracefulShutdownTimeout,
+		// The webhooks read nothing from the cluster; the metrics collectors read the CRD.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&apiextensionsv1.CustomResourceDefinition{}: {Field: fields.OneTermEqualSelector("metadata.name", crd.WidgetName)},
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("create the webhook manager: %w", err)
+	}
+	if err := webhookMgr.Add(cert); err != nil {
+		return err
+	}
+	// The manager starts its webhook server only once it has been asked for it.
+	webhookServer = webhookMgr.GetWebhookServer()
+	convMetrics, err := webhook.NewConversionMetrics(metrics.Registry)
+	if err != nil {
+		return fmt.Errorf("register conversion metrics: %w", err)
+	}
+	webhookServer.Register(webhook.ConvertPath, &webhook.ConversionHandler{MaxBodyBytes: opts.MaxConversionBodyBytes, Metrics: convMetrics})
+	webhookServer.Register(webhook.MutatePath, &crwebhook.Admission{Handler: webhook.Defaulter{}})
+	webhookServer.Register(webhook.ValidatePath, &crwebhook.Admission{Handler: webhook.Validator{}})
+	for _, add := range opts.ExtraCollectors {
+		if err := add(webhookMgr.GetAPIReader(), func() CertificateLeaf {
+			if leaf := cert.Leaf(); leaf != nil {
+				return CertificateLeaf{NotAfter: leaf.NotAfter, Loaded: true}
+			}
+			return CertificateLeaf{}
+		}); err != nil {
+			return fmt.Errorf("register metrics collector: %w", err)
+		}
+	}
+	if err := webhookMgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	for name, check := range map[string]healthz.Checker{
+		"certificate": cert.Check,
+		"webhook":     webhookServer.StartedChecker(),
+		"shutdown": func(*http.Request) error {
+			if draining.Load() {
+				return errors.New("shutting down: draining webhook traffic")
+			}
+			return nil
+		},
+	} {
+		if err := webhookMgr.AddReadyzCheck(name, check); err != nil {
+			return err
+		}
+	}
+
+	leaseDuration, renewDeadline, retryPeriod := opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod
+	controllerMgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: "0"}, // served by the webhook manager
+		HealthProbeBindAddress:        "0",
+		LeaderElection:                opts.LeaderElection,
+		LeaderElectionID:              LeaderElectionID,
+		LeaderElectionNamespace:       opts.Namespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &leaseDuration,
+		RenewDeadline:                 &renewDeadline,
+		RetryPeriod:                   &retryPeriod,
+		GracefulShutdownTimeout:       &opts.GracefulShutdownTimeout,
+		Cache:                         controllerCache(opts.Namespace),
+	})
+	if err != nil {
+		return fmt.Errorf("create the controller manager: %w", err)
+	}
+	reconciler := &controller.WidgetReconciler{
+		Client:           controllerMgr.GetClient(),
+		APIReader:        controllerMgr.GetAPIReader(),
+		Cache:            controllerMgr.GetCache(),
+		Recorder:         controllerMgr.GetEventRecorder("widget-controller"),
+		CatalogNamespace: opts.Namespace,
+	}
+	if err := reconciler.SetupWithManager(ctx, controllerMgr); err != nil {
+		return fmt.Errorf("set up the Widget controller: %w", err)
+	}
+
+	webhookCtx, stopWebhooks := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWebhooks()
+	controllerCtx, stopController := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopController()
+	webhookDone := make(chan error, 1)
+	controllerDone := make(chan error, 1)
+	go func() { webhookDone <- webhookMgr.Start(webhookCtx) }()
+	go func() { controllerDone <- controllerMgr.Start(controllerCtx) }()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-webhookDone:
+		webhookDone <- err
+		runErr = fmt.Errorf("webhook server stopped: %w", err)
+	case err := <-controllerDone:
+		controllerDone <- err
+		runErr = fmt.Errorf("controller stopped: %w", err)
+	}
+
+	// Ordered shutdown.
+	draining.Store(true)
+	log.Info("shutting down: readiness now fails; stopping the controller and releasing its lease")
+	stopController()
+	if err := <-controllerDone; err != nil && runErr == nil {
+		runErr = fmt.Errorf("controller: %w", err)
+	}
+	log.Info("controller stopped; webhooks keep serving while endpoints are removed", "drainDelay", opts.DrainDelay)
+	select {
+	case <-time.After(opts.DrainDelay):
+	case err := <-webhookDone:
+		webhookDone <- err
+	}
+	stopWebhooks()
+	if err := <-webhookDone; err != nil && runErr == nil {
+		runErr = fmt.Errorf("webhook server: %w", err)
+	}
+	log.Info("stopped")
+	return runErr
+}
+
+// controllerCache caches only what the controller reads: its children and catalog entries
+// by label, the Widget CRD by name, so memory stays flat as the cluster grows.
+func controllerCache(namespace string) cache.Options {
+	managed := labels.SelectorFromSet(labels.Set{controller.ManagedByLabel: controller.ManagedByValue})
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&appsv1.Deployment{}: {Label: managed},
+		&corev1.Service{}:    {Label: managed},
+		&corev1.ConfigMap{}: {
+			Namespaces: map[string]cache.Config{namespace: {}},
+			Label:      labels.SelectorFromSet(labels.Set{controller.CatalogLabel: "true"}),
+		},
+		&apiextensionsv1.CustomResourceDefinition{}: {Field: fields.OneTermEqualSelector("metadata.name", crd.WidgetName)},
+	}}
+}

@@ -1,0 +1,258 @@
+package widgetenv
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/testenv"
+	"github.com/widgetry/widget-operator/internal/testenv/testcerts"
+	"github.com/widgetry/widget-operator/internal/webhook"
+)
+
+// Namespace is widget-manager's namespace in these tests (catalog entries, the Lease).
+const Namespace = "widget-system"
+
+// Operator runs widget-manager against a testenv control plane the way the chart runs it in
+// a cluster: a serving certificate from a CA made by the test, the Widget CRD of a stage
+// converting through the manager's /convert, and mutating and validating webhook
+// configurations pointing at it. Managers are real processes (the binary built from
+// cmd/widget-manager), so tests can stop, kill and restart them.
+type Operator struct {
+	Env *testenv.Env
+	// CA signed the serving certificate and is the caBundle of the CRD and webhooks.
+	CA *testcerts.CA
+	// CertDir holds tls.crt and tls.key; replace them to rotate the certificate.
+	CertDir string
+	// WebhookPort is the port the apiserver calls (the first manager's).
+	WebhookPort int
+}
+
+// Setup creates the manager's namespace, a serving certificate for 127.0.0.1, the Widget CRD
+// at stage converting through https://127.0.0.1:<WebhookPort>/convert, and the webhook
+// configurations. env must use Scheme().
+func Setup(t testing.TB, env *testenv.Env, stage crd.Stage) *Operator {
+	t.Helper()
+	o := &Operator{Env: env, CA: testcerts.NewCA(t, "widget-operator-test-ca"), CertDir: t.TempDir(), WebhookPort: FreePort(t)}
+	o.CA.Issue(t, "127.0.0.1", "localhost").WriteDir(t, o.CertDir)
+	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}); err != nil {
+		t.Fatalf("widgetenv: create namespace %s: %v", Namespace, err)
+	}
+	env.InstallCRDs(t, o.CRD(t, stage))
+	o.installWebhookConfigurations(t)
+	return o
+}
+
+// CRD returns the Widget CRD at stage with the conversion webhook of this Operator.
+func (o *Operator) CRD(t testing.TB, stage crd.Stage) *apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	c := crd.WithWebhookConversion(crd.Widget(), apiextensionsv1.WebhookClientConfig{
+		URL: ptr.To(o.url(webhook.ConvertPath)), CABundle: o.CA.PEM})
+	if err := crd.ApplyStageFlags(c, stage); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// SetStage changes the live CRD's versions to those of stage, as helm upgrade would (it
+// neither migrates nor trims storedVersions).
+func (o *Operator) SetStage(t testing.TB, stage crd.Stage) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		live := &apiextensionsv1.CustomResourceDefinition{}
+		if err := o.Env.Client.Get(ctx, client.ObjectKey{Name: crd.WidgetName}, live); err != nil {
+			return false, err
+		}
+		if err := crd.ApplyStageFlags(live, stage); err != nil {
+			return false, err
+		}
+		if err := o.Env.Client.Update(ctx, live); err != nil {
+			if apierrors.IsConflict(err) {
+				return false, nil
+			}
+			return false, err
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("widgetenv: set the CRD to stage %s: %v", stage, err)
+	}
+}
+
+func (o *Operator) url(path string) string {
+	return "https://127.0.0.1:" + strconv.Itoa(o.WebhookPort) + path
+}
+
+func (o *Operator) installWebhookConfigurations(t testing.TB) {
+	t.Helper()
+	rules := []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{"widgetry.io"}, APIVersions: []string{"v1alpha1", "v1"},
+			Resources: []string{"widgets"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+	}}
+	sideEffects := admissionregistrationv1.SideEffectClassNone
+	config := func(path string) admissionregistrationv1.WebhookClientConfig {
+		return admissionregistrationv1.WebhookClientConfig{URL: ptr.To(o.url(path)), CABundle: o.CA.PEM}
+	}
+	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "widget-operator"},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name: "mutate.widgets.widgetry.io", Rules: rules, SideEffects: &sideEffects,
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail), MatchPolicy: ptr.To(admissionregistrationv1.Equivalent),
+			AdmissionReviewVersions: []string{"v1"}, TimeoutSeconds: ptr.To[int32](10), ClientConfig: config(webhook.MutatePath),
+		}},
+	}
+	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "widget-operator"},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name: "validate.widgets.widgetry.io", Rules: rules, SideEffects: &sideEffects,
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail), MatchPolicy: ptr.To(admissionregistrationv1.Equivalent),
+			AdmissionReviewVersions: []string{"v1"}, TimeoutSeconds: ptr.To[int32](10), ClientConfig: config(webhook.ValidatePath),
+		}},
+	}
+	for _, obj := range []client.Object{mutating, validating} {
+		if err := o.Env.Client.Create(context.Background(), obj); err != nil {
+			t.Fatalf("widgetenv: create %T: %v", obj, err)
+		}
+	}
+}
+
+// Manager is one widget-manager process.
+type Manager struct {
+	*testenv.Process
+	// WebhookPort, HealthPort and MetricsPort are its listening ports on 127.0.0.1.
+	WebhookPort, HealthPort, MetricsPort int
+}
+
+// ManagerOptions tune one manager process.
+type ManagerOptions struct {
+	// WebhookPort defaults to the Operator's (the one the apiserver calls); another replica
+	// needs its own.
+	WebhookPort int
+	// Args are extra flags, e.g. "--drain-delay=2s".
+	Args []string
+	// NoWait returns before the manager is ready.
+	NoWait bool
+}
+
+// StartManager starts a widget-manager process and waits until /readyz answers 200. It is
+// stopped (SIGTERM) when the test ends, if still running.
+func (o *Operator) StartManager(t testing.TB, opts ManagerOptions) *Manager {
+	t.Helper()
+	if opts.WebhookPort == 0 {
+		opts.WebhookPort = o.WebhookPort
+	}
+	m := &Manager{WebhookPort: opts.WebhookPort, HealthPort: FreePort(t), MetricsPort: FreePort(t)}
+	args := append([]string{
+		"--namespace=" + Namespace,
+		"--webhook-port=" + strconv.Itoa(m.WebhookPort),
+		"--webhook-cert-dir=" + o.CertDir,
+		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(m.HealthPort),
+		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(m.MetricsPort),
+		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=1s",
+		"--drain-delay=1s",
+	}, opts.Args...)
+	log := o.Env.CreateLog(t, fmt.Sprintf("widget-manager-%d-%d", m.WebhookPort, time.Now().UnixNano()))
+	proc, err := testenv.StartProcess("widget-manager", ManagerBinary(t), args, []string{"KUBECONFIG=" + o.Env.Kubeconfig}, log)
+	if err != nil {
+		t.Fatalf("widgetenv: %v", err)
+	}
+	m.Process = proc
+	t.Cleanup(func() { m.Stop(t, 30*time.Second) })
+	if !opts.NoWait {
+		m.WaitReady(t, 60*time.Second)
+	}
+	return m
+}
+
+// WaitReady polls /readyz until it answers 200.
+func (m *Manager) WaitReady(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !m.Ready() {
+		select {
+		case <-m.Exited():
+			t.Fatalf("widgetenv: widget-manager exited before it was ready (%v); log %s", m.ExitErr(), m.LogFile)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("widgetenv: widget-manager not ready after %s; log %s", timeout, m.LogFile)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Ready reports whether /readyz answers 200.
+func (m *Manager) Ready() bool {
+	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(m.HealthPort) + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// WebhookClient is an HTTPS client that trusts the Operator's CA.
+func (o *Operator) WebhookClient() *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: o.CA.CertPool(), MinVersion: tls.VersionTLS12}}}
+}
+
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// ManagerBinary builds cmd/widget-manager once per test binary and returns its path.
+func ManagerBinary(t testing.TB) string {
+	t.Helper()
+	root := testenv.RepoRoot(t)
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "widget-manager-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, "widget-manager")
+		cmd := exec.Command("go", "build", "-o", binary, "./cmd/widget-manager")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/widget-manager: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("widgetenv: %v", buildErr)
+	}
+	return binary
+}
+
+// FreePort returns a free loopback port.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
