@@ -369,4 +369,3 @@ func retryConflict(fn func() error) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
-
