@@ -1,0 +1,29 @@
+// Command gen writes the generated monitoring files: the Prometheus rules and the Grafana
+// dashboards. Run from the repository root: go run ./internal/monitoring/gen
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/widgetry/widget-operator/internal/monitoring"
+)
+
+func main() {
+	cfg := monitoring.DefaultConfig()
+	root := flag.String("root", ".", "repository root to write dashboards/ under")
+	flag.StringVar(&cfg.Job, "job", cfg.Job, "Prometheus job label of the manager")
+	flag.StringVar(&cfg.RunbookBaseURL, "runbook-base-url", cfg.RunbookBaseURL, "base of every alert's runbook_url (<base>/alerts/<AlertName>.md)")
+	flag.IntVar(&cfg.ExpectedReplicas, "expected-replicas", cfg.ExpectedReplicas, "manager replicas WidgetOperatorDegraded expects")
+	flag.Parse()
+	files, err := monitoring.Files(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "generate monitoring files:", err)
+		os.Exit(1)
+	}
+	if err := monitoring.WriteFiles(*root, files); err != nil {
+		fmt.Fprintln(os.Stderr, "write monitoring files:", err)
+		os.Exit(1)
+	}
+}
