@@ -253,8 +253,7 @@ func (m *Migrator) Migrate(ctx context.Context, opts Options) (*Result, error) {
 // same CRD spec: same storage version and generation (any spec change may have moved the
 // storage version and back, so a partial run before it proves nothing).
 func canResume(p Progress, t *target) bool {
-	return p.Phase != PhaseSucceeded && p.StorageVersion == t.storage && p.CRDGeneration == t.generation &&
-		(p.Continue != "" || p.LastKey != "" || p.Backend == string(BackendInTree))
+	return (p.Phase == PhaseRunning || p.Phase == PhaseFailed) && p.StorageVersion == t.storage && p.CRDGeneration == t.generation
 }
 
 func withDefaults(o Options) Options {
