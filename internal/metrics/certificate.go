@@ -3,6 +3,7 @@ package metrics
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -17,14 +18,27 @@ var certificateExpiryDesc = prometheus.NewDesc(CertificateExpiryName,
 // CertificateExpiryCollector exports the expiry of the currently loaded serving certificate.
 // Reading it at scrape time follows a rotation (certwatcher reloads the file) without a restart.
 type CertificateExpiryCollector struct {
-	current func() *x509.Certificate
+	expiry func() (notAfter time.Time, loaded bool)
 }
 
 var _ prometheus.Collector = (*CertificateExpiryCollector)(nil)
 
-// NewCertificateExpiryCollector returns a collector calling current at every scrape.
+// NewCertificateExpiryCollector returns a collector calling current at every scrape; current
+// returns nil while no certificate is loaded.
 func NewCertificateExpiryCollector(current func() *x509.Certificate) *CertificateExpiryCollector {
-	return &CertificateExpiryCollector{current: current}
+	return NewCertificateExpiryCollectorFunc(func() (time.Time, bool) {
+		c := current()
+		if c == nil {
+			return time.Time{}, false
+		}
+		return c.NotAfter, true
+	})
+}
+
+// NewCertificateExpiryCollectorFunc is NewCertificateExpiryCollector for callers that keep only
+// the expiry: expiry returns the certificate's NotAfter and whether one is loaded.
+func NewCertificateExpiryCollectorFunc(expiry func() (notAfter time.Time, loaded bool)) *CertificateExpiryCollector {
+	return &CertificateExpiryCollector{expiry: expiry}
 }
 
 // Describe implements prometheus.Collector.
@@ -34,12 +48,12 @@ func (c *CertificateExpiryCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *CertificateExpiryCollector) Collect(ch chan<- prometheus.Metric) {
-	cert := c.current()
-	if cert == nil {
+	notAfter, loaded := c.expiry()
+	if !loaded {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(certificateExpiryDesc, prometheus.GaugeValue,
-		float64(cert.NotAfter.Unix()))
+		float64(notAfter.Unix()))
 }
 
 // LeafCertificate adapts a tls.Config-style GetCertificate function (controller-runtime's

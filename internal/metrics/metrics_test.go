@@ -184,6 +184,29 @@ func TestCertificateExpiry(t *testing.T) {
 	}
 }
 
+func TestCertificateExpiryFunc(t *testing.T) {
+	notAfter := time.Date(2027, 3, 4, 5, 6, 7, 0, time.UTC)
+	loaded := false
+	reg := prometheus.NewPedanticRegistry()
+	if err := Register(reg, Options{CertificateExpiry: func() (time.Time, bool) { return notAfter, loaded }}); err != nil {
+		t.Fatal(err)
+	}
+	if err := gatherAndCompare(reg, "", CertificateExpiryName); err != nil {
+		t.Errorf("not loaded: %v", err)
+	}
+	loaded = true
+	if err := gatherAndCompare(reg, fmt.Sprintf("%s %d", CertificateExpiryName, notAfter.Unix()), CertificateExpiryName); err != nil {
+		t.Errorf("loaded: %v", err)
+	}
+	both := Options{
+		Certificate:       func() *x509.Certificate { return nil },
+		CertificateExpiry: func() (time.Time, bool) { return time.Time{}, false },
+	}
+	if err := Register(prometheus.NewRegistry(), both); err == nil {
+		t.Error("Register() with Certificate and CertificateExpiry succeeded, want an error")
+	}
+}
+
 func TestLeafCertificate(t *testing.T) {
 	cert := selfSigned(t, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC))
 	parsed, err := x509.ParseCertificate(cert.Certificate[0])

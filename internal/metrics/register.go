@@ -3,6 +3,7 @@ package metrics
 import (
 	"crypto/x509"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,10 @@ type Options struct {
 	// when none is loaded yet; nil leaves out widget_webhook_certificate_expiry_timestamp_seconds.
 	// For controller-runtime's certwatcher: LeafCertificate(watcher.GetCertificate).
 	Certificate func() *x509.Certificate
+	// CertificateExpiry is the alternative to Certificate for callers that keep only the
+	// expiry: the NotAfter of the certificate presented now and whether one is loaded. Setting
+	// both is an error.
+	CertificateExpiry func() (notAfter time.Time, loaded bool)
 
 	// Log receives CRD read errors (a scrape never fails because of them). Zero value: discard.
 	Log logr.Logger
@@ -42,8 +47,13 @@ func Register(reg prometheus.Registerer, opts Options) error {
 		}
 		collectors = append(collectors, NewCRDCollector(opts.CRDReader, opts.Log, opts.CRDNames...))
 	}
-	if opts.Certificate != nil {
+	switch {
+	case opts.Certificate != nil && opts.CertificateExpiry != nil:
+		return fmt.Errorf("register certificate metrics: set Certificate or CertificateExpiry, not both")
+	case opts.Certificate != nil:
 		collectors = append(collectors, NewCertificateExpiryCollector(opts.Certificate))
+	case opts.CertificateExpiry != nil:
+		collectors = append(collectors, NewCertificateExpiryCollectorFunc(opts.CertificateExpiry))
 	}
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
