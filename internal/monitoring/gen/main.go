@@ -16,11 +16,20 @@ func main() {
 	flag.StringVar(&cfg.Job, "job", cfg.Job, "Prometheus job label of the manager")
 	flag.StringVar(&cfg.RunbookBaseURL, "runbook-base-url", cfg.RunbookBaseURL, "base of every alert's runbook_url (<base>/alerts/<AlertName>.md)")
 	flag.IntVar(&cfg.ExpectedReplicas, "expected-replicas", cfg.ExpectedReplicas, "manager replicas WidgetOperatorDegraded expects")
+	helmRules := flag.String("helm-rules", "", "also write the rules as a Helm named template (widget-operator.rules) to this path under root, e.g. charts/widget-operator/templates/_rules.tpl")
 	flag.Parse()
 	files, err := monitoring.Files(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "generate monitoring files:", err)
 		os.Exit(1)
+	}
+	if *helmRules != "" {
+		tpl, err := monitoring.RulesHelmTemplate(monitoring.DefaultHelmValues())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "generate the Helm rules template:", err)
+			os.Exit(1)
+		}
+		files[*helmRules] = tpl
 	}
 	if err := monitoring.WriteFiles(*root, files); err != nil {
 		fmt.Fprintln(os.Stderr, "write monitoring files:", err)
