@@ -240,7 +240,7 @@ func apiUpgrade() dashboardSpec {
 		file: "widget-operator-api-upgrade", uid: "widget-operator-api-upgrade", title: "widget-operator / API upgrade",
 		desc: "The staged move of widgets.widgetry.io from v1alpha1 to v1: stage, served and storage flags, storedVersions, storage migration and remaining v1alpha1 clients. Runbooks: runbooks/upgrade/<stage>.md. Alerts: WidgetStorageMigrationFailed, WidgetStorageMigrationStalled, WidgetStoredVersionsNotTrimmed, WidgetDeprecatedVersionInUse.",
 		rows: []row{{
-			title: "Stage",
+			title: "Stage and versions",
 			panels: []panel{{
 				kind: kindStat, title: "Stage", unit: units.Short, w: 6, h: 6,
 				desc:     "Stage of widgets.widgetry.io derived from the served/storage flags and storedVersions (DESIGN.md's table). add-version also covers a rollback from flip-storage that left v1 stored. `widgetctl upgrade status` is the authority.",
@@ -431,24 +431,28 @@ func (d dashboardSpec) build() (dashboard.Dashboard, error) {
 			IncludeAll(true).AllValue(".*").
 			Current(dashboard.VariableOption{Text: dashboard.StringOrArrayOfString{String: cog.ToPtr("All")}, Value: dashboard.StringOrArrayOfString{String: cog.ToPtr("$__all")}}).
 			Refresh(dashboard.VariableRefreshOnTimeRangeChanged).Sort(dashboard.VariableSortAlphabeticalAsc))
+	// Grafana keys panel links, edits and repeats on ids: unique, from 1, rows included.
+	id := uint32(0)
 	for _, r := range d.rows {
-		b = b.WithRow(dashboard.NewRowBuilder(r.title))
+		id++
+		b = b.WithRow(dashboard.NewRowBuilder(r.title).Id(id))
 		for _, p := range r.panels {
-			b = b.WithPanel(withDatasource(p.builder(), ds))
+			id++
+			b = b.WithPanel(finish(p.builder(), ds, id))
 		}
 	}
 	return b.Build()
 }
 
-// withDatasource sets every panel's datasource to the templated one.
-func withDatasource(b cog.Builder[dashboard.Panel], ds common.DataSourceRef) cog.Builder[dashboard.Panel] {
+// finish sets a panel's id and its datasource to the templated one.
+func finish(b cog.Builder[dashboard.Panel], ds common.DataSourceRef, id uint32) cog.Builder[dashboard.Panel] {
 	switch pb := b.(type) {
 	case *stat.PanelBuilder:
-		return pb.Datasource(ds)
+		return pb.Datasource(ds).Id(id)
 	case *table.PanelBuilder:
-		return pb.Datasource(ds)
+		return pb.Datasource(ds).Id(id)
 	case *timeseries.PanelBuilder:
-		return pb.Datasource(ds)
+		return pb.Datasource(ds).Id(id)
 	}
 	panic(fmt.Sprintf("unexpected panel builder %T", b))
 }

@@ -23,6 +23,10 @@ func DefaultHelmValues() HelmValues {
 	}
 }
 
+// ChartRulesPath is where go run ./internal/monitoring/gen writes the Helm template once the
+// chart exists; TestGeneratedFilesUpToDate checks it when present.
+const ChartRulesPath = "charts/widget-operator/templates/_rules.tpl"
+
 // HelmRulesTemplateName is the named template RulesHelmTemplate defines.
 const HelmRulesTemplateName = "widget-operator.rules"
 

@@ -41,6 +41,16 @@ func TestGeneratedFilesUpToDate(t *testing.T) {
 			t.Errorf("%s differs from the generator's output; run go run ./internal/monitoring/gen and commit", path)
 		}
 	}
+	// The chart's copy of the rules, once the chart exists.
+	if got, err := os.ReadFile(filepath.Join(root, ChartRulesPath)); err == nil {
+		want, err := RulesHelmTemplate(DefaultHelmValues())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s differs from the generator's output; run go run ./internal/monitoring/gen and commit", ChartRulesPath)
+		}
+	}
 	// A dashboard nobody generates any more must not linger.
 	entries, err := os.ReadDir(filepath.Join(root, "dashboards"))
 	if err != nil {
@@ -276,7 +286,19 @@ func TestDashboards(t *testing.T) {
 				t.Error("dashboard without uid or description")
 			}
 			panels := 0
+			ids := map[uint32]bool{}
 			for _, p := range d.Panels {
+				var id *uint32
+				if p.RowPanel != nil {
+					id = &p.RowPanel.Id
+				} else if p.Panel != nil {
+					id = p.Panel.Id
+				}
+				if id == nil || *id == 0 || ids[*id] {
+					t.Errorf("panel or row without a unique id (%v)", id)
+				} else {
+					ids[*id] = true
+				}
 				if p.Panel == nil {
 					continue // a row
 				}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/widgetry/widget-operator/internal/monitoring"
 )
@@ -16,8 +17,16 @@ func main() {
 	flag.StringVar(&cfg.Job, "job", cfg.Job, "Prometheus job label of the manager")
 	flag.StringVar(&cfg.RunbookBaseURL, "runbook-base-url", cfg.RunbookBaseURL, "base of every alert's runbook_url (<base>/alerts/<AlertName>.md)")
 	flag.IntVar(&cfg.ExpectedReplicas, "expected-replicas", cfg.ExpectedReplicas, "manager replicas WidgetOperatorDegraded expects")
-	helmRules := flag.String("helm-rules", "", "also write the rules as a Helm named template (widget-operator.rules) to this path under root, e.g. charts/widget-operator/templates/_rules.tpl")
+	helmRules := flag.String("helm-rules", "", "also write the rules as a Helm named template (widget-operator.rules) to this path under root; default "+monitoring.ChartRulesPath+" when the chart's templates directory exists, - for never")
 	flag.Parse()
+	if *helmRules == "" {
+		if st, err := os.Stat(filepath.Join(*root, filepath.Dir(monitoring.ChartRulesPath))); err == nil && st.IsDir() {
+			*helmRules = monitoring.ChartRulesPath
+		}
+	}
+	if *helmRules == "-" {
+		*helmRules = ""
+	}
 	files, err := monitoring.Files(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "generate monitoring files:", err)
