@@ -78,16 +78,18 @@ var controllers = []string{
 }
 
 func main() {
-	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster")
-	healthAddr := flag.String("health-addr", "127.0.0.1:9403", "address serving /healthz and /readyz")
-	clusterNS := flag.String("cluster-resource-namespace", "cert-manager", "namespace holding ClusterIssuers' Secrets")
-	workers := flag.Int("workers", 2, "workers per controller")
-	minBackoff := flag.Duration("request-min-backoff", 5*time.Second, "minimum backoff after a failed CertificateRequest")
-	maxBackoff := flag.Duration("request-max-backoff", 2*time.Minute, "maximum backoff after a failed CertificateRequest")
+	// An own flag set: controller-runtime registers --kubeconfig on flag.CommandLine.
+	fs := flag.NewFlagSet("cert-manager", flag.ExitOnError)
+	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster")
+	healthAddr := fs.String("health-addr", "127.0.0.1:9403", "address serving /healthz and /readyz")
+	clusterNS := fs.String("cluster-resource-namespace", "cert-manager", "namespace holding ClusterIssuers' Secrets")
+	workers := fs.Int("workers", 2, "workers per controller")
+	minBackoff := fs.Duration("request-min-backoff", 5*time.Second, "minimum backoff after a failed CertificateRequest")
+	maxBackoff := fs.Duration("request-max-backoff", 2*time.Minute, "maximum backoff after a failed CertificateRequest")
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
 	klog.InitFlags(klogFlags)
-	flag.Var(&klogVerbosity{klogFlags}, "v", "log verbosity")
-	flag.Parse()
+	fs.Var(&klogVerbosity{klogFlags}, "v", "log verbosity")
+	fs.Parse(os.Args[1:])
 	if *kubeconfig == "" {
 		fmt.Fprintln(os.Stderr, "cert-manager launcher: --kubeconfig (or $KUBECONFIG) is required")
 		os.Exit(2)
