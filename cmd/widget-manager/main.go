@@ -33,6 +33,7 @@ func main() {
 	tls13 := fs.Bool("tls-min-version-1.3", false, "Require TLS 1.3 (default minimum: TLS 1.2).")
 	fs.BoolVar(&opts.EnableHTTP2, "enable-http2", false, "Serve HTTP/2 on the webhook and metrics servers (off by default: HTTP/2 rapid-reset CVEs).")
 	fs.BoolVar(&opts.LeaderElection, "leader-elect", opts.LeaderElection, "Elect one controller among the replicas; webhooks run on every replica regardless.")
+	fs.StringVar(&opts.LeaderElectionIdentity, "leader-election-identity", os.Getenv("POD_NAME"), "This replica's name in the Lease (default $POD_NAME; empty: hostname and a random suffix).")
 	fs.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", opts.LeaseDuration, "Lease duration.")
 	fs.DurationVar(&opts.RenewDeadline, "leader-elect-renew-deadline", opts.RenewDeadline, "Renew deadline.")
 	fs.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", opts.RetryPeriod, "Retry period.")

@@ -25,8 +25,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -73,9 +75,12 @@ type Options struct {
 	EnableHTTP2 bool
 
 	LeaderElection bool
-	LeaseDuration  time.Duration
-	RenewDeadline  time.Duration
-	RetryPeriod    time.Duration
+	// LeaderElectionIdentity names this replica in the Lease (the chart passes the pod name);
+	// empty means hostname plus a random suffix.
+	LeaderElectionIdentity string
+	LeaseDuration          time.Duration
+	RenewDeadline          time.Duration
+	RetryPeriod            time.Duration
 
 	// DrainDelay is how long webhooks keep serving after SIGTERM, with readiness failing,
 	// so endpoints are removed before the server stops.
@@ -210,19 +215,24 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	}
 
 	leaseDuration, renewDeadline, retryPeriod := opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod
+	lock, err := leaseLock(cfg, opts)
+	if err != nil {
+		return err
+	}
 	controllerMgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: "0"}, // served by the webhook manager
-		HealthProbeBindAddress:        "0",
-		LeaderElection:                opts.LeaderElection,
-		LeaderElectionID:              LeaderElectionID,
-		LeaderElectionNamespace:       opts.Namespace,
-		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 &leaseDuration,
-		RenewDeadline:                 &renewDeadline,
-		RetryPeriod:                   &retryPeriod,
-		GracefulShutdownTimeout:       &opts.GracefulShutdownTimeout,
-		Cache:                         controllerCache(opts.Namespace),
+		LeaderElectionResourceLockInterface: lock,
+		Scheme:                              scheme,
+		Metrics:                             metricsserver.Options{BindAddress: "0"}, // served by the webhook manager
+		HealthProbeBindAddress:              "0",
+		LeaderElection:                      opts.LeaderElection,
+		LeaderElectionID:                    LeaderElectionID,
+		LeaderElectionNamespace:             opts.Namespace,
+		LeaderElectionReleaseOnCancel:       true,
+		LeaseDuration:                       &leaseDuration,
+		RenewDeadline:                       &renewDeadline,
+		RetryPeriod:                         &retryPeriod,
+		GracefulShutdownTimeout:             &opts.GracefulShutdownTimeout,
+		Cache:                               controllerCache(opts.Namespace),
 	})
 	if err != nil {
 		return fmt.Errorf("create the controller manager: %w", err)
@@ -277,6 +287,21 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	}
 	log.Info("stopped")
 	return runErr
+}
+
+// leaseLock is the Lease the controller replicas compete for, under an identity of the
+// replica's choosing so that on-call can tell from the Lease which pod leads. Nil (the
+// manager's default lock, hostname plus a random suffix) when no identity is set.
+func leaseLock(cfg *rest.Config, opts Options) (resourcelock.Interface, error) {
+	if !opts.LeaderElection || opts.LeaderElectionIdentity == "" {
+		return nil, nil
+	}
+	cs, err := kubernetes.NewForConfig(rest.AddUserAgent(rest.CopyConfig(cfg), "leader-election"))
+	if err != nil {
+		return nil, fmt.Errorf("leader election client: %w", err)
+	}
+	return resourcelock.New(resourcelock.LeasesResourceLock, opts.Namespace, LeaderElectionID, cs.CoreV1(), cs.CoordinationV1(),
+		resourcelock.ResourceLockConfig{Identity: opts.LeaderElectionIdentity})
 }
 
 // controllerCache caches only what the controller reads: its children and catalog entries

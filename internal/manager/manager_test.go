@@ -1,0 +1,367 @@
+package manager_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/manager"
+	"github.com/widgetry/widget-operator/internal/testenv"
+	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
+)
+
+const (
+	leaseDuration = 4 * time.Second // widgetenv's manager flags
+	retryPeriod   = time.Second
+)
+
+// replicas starts n managers with identities replica-0..n-1; replica-0 serves the port the
+// apiserver calls.
+func replicas(t *testing.T, op *widgetenv.Operator, n int, args ...string) []*widgetenv.Manager {
+	t.Helper()
+	ms := make([]*widgetenv.Manager, n)
+	for i := range ms {
+		port := op.WebhookPort
+		if i > 0 {
+			port = widgetenv.FreePort(t)
+		}
+		ms[i] = op.StartManager(t, widgetenv.ManagerOptions{WebhookPort: port,
+			Args: append([]string{"--leader-election-identity=replica-" + strconv.Itoa(i)}, args...)})
+	}
+	return ms
+}
+
+// leader returns the Lease's holder, "" when nobody holds a current lease.
+func leader(t *testing.T, c client.Client) string {
+	t.Helper()
+	lease := &coordinationv1.Lease{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: widgetenv.Namespace, Name: manager.LeaderElectionID}, lease); err != nil {
+		return ""
+	}
+	return ptr.Deref(lease.Spec.HolderIdentity, "")
+}
+
+// waitLeader polls the Lease until its holder satisfies ok and returns the holder and when it
+// was seen.
+func waitLeader(t *testing.T, c client.Client, within time.Duration, ok func(string) bool) (string, time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		if h := leader(t, c); ok(h) {
+			return h, time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no acceptable leader within %s (holder %q)", within, leader(t, c))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// routable tracks which replicas answer /readyz, as an endpoints controller would, and gives
+// the load their webhook URLs.
+type routable struct {
+	mu    sync.Mutex
+	ready map[*widgetenv.Manager]bool
+	out   map[*widgetenv.Manager]bool // taken out by the test (about to be killed)
+}
+
+func track(ctx context.Context, ms []*widgetenv.Manager) *routable {
+	r := &routable{ready: map[*widgetenv.Manager]bool{}, out: map[*widgetenv.Manager]bool{}}
+	for _, m := range ms {
+		r.ready[m] = true
+		go func() {
+			for ctx.Err() == nil {
+				ok := m.Ready()
+				r.mu.Lock()
+				r.ready[m] = ok
+				r.mu.Unlock()
+				time.Sleep(100 * time.Millisecond)
+			}
+		}()
+	}
+	return r
+}
+
+func (r *routable) remove(m *widgetenv.Manager) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.out[m] = true
+}
+
+func (r *routable) targets() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var urls []string
+	for m, ok := range r.ready {
+		if ok && !r.out[m] {
+			urls = append(urls, "https://127.0.0.1:"+strconv.Itoa(m.WebhookPort))
+		}
+	}
+	return urls
+}
+
+func byIdentity(ms []*widgetenv.Manager, id string) *widgetenv.Manager {
+	for i, m := range ms {
+		if id == "replica-"+strconv.Itoa(i) {
+			return m
+		}
+	}
+	return nil
+}
+
+// TestLeaderHandover: three replicas; the leader stops gracefully (its lease is released
+// before the webhook drain, so a standby leads within about a retry period), then the new
+// leader is killed (a standby leads once the lease expires). Webhook traffic to the replicas
+// that are routable sees no failure throughout: webhooks do not depend on leadership.
+func TestLeaderHandover(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{Scheme: widgetenv.Scheme()})
+	op := widgetenv.Setup(t, env, crd.StageAddVersion)
+	ms := replicas(t, op, 3, "--drain-delay=5s")
+	first, _ := waitLeader(t, env.Client, 30*time.Second, func(h string) bool { return byIdentity(ms, h) != nil })
+
+	ctx, stopLoad := context.WithCancel(context.Background())
+	defer stopLoad()
+	route := track(ctx, ms)
+	load := &widgetenv.Load{Client: op.WebhookClient(), Targets: route.targets, Rate: 60}
+	results := make(chan *widgetenv.LoadResult, 1)
+	go func() { results <- load.Run(ctx) }()
+	time.Sleep(2 * time.Second)
+
+	// Graceful: SIGTERM the leader.
+	stopping := byIdentity(ms, first)
+	sent := time.Now()
+	if err := stopping.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	second, seen := waitLeader(t, env.Client, 10*time.Second, func(h string) bool { return h != "" && h != first })
+	graceful := seen.Sub(sent)
+	t.Logf("graceful stop of %s: %s leads after %s (drain delay 5s, retry period %s)", first, second, graceful.Round(time.Millisecond), retryPeriod)
+	if graceful > 3*time.Second {
+		t.Errorf("handover after a graceful stop took %s, want at most 3s", graceful)
+	}
+	<-stopping.Exited()
+
+	// Kill: SIGKILL the new leader. Its own in-flight connections die with it, as they would
+	// in a cluster, so the load stops sending to it first, as if its endpoint were gone.
+	victim := byIdentity(ms, second)
+	route.remove(victim)
+	time.Sleep(300 * time.Millisecond)
+	killed := time.Now()
+	if err := victim.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	third, seen := waitLeader(t, env.Client, 15*time.Second, func(h string) bool { return h != "" && h != first && h != second })
+	failover := seen.Sub(killed)
+	// A standby counts the lease duration from when it last saw the Lease change, which it
+	// checks every retry period, jittered by client-go up to 2.2 times: the worst case is the
+	// lease duration plus two jittered retry periods.
+	bound := leaseDuration + 2*time.Duration(2.2*float64(retryPeriod))
+	t.Logf("kill of %s: %s leads after %s (lease %s + retry %s)", second, third, failover.Round(time.Millisecond), leaseDuration, retryPeriod)
+	if failover > bound {
+		t.Errorf("failover after a kill took %s, want within %s", failover, bound)
+	}
+	time.Sleep(2 * time.Second)
+	stopLoad()
+	res := <-results
+	t.Logf("webhook load during both handovers: %s", res)
+	if res.Failures > 0 || res.Requests < 300 {
+		t.Errorf("load: %s; errors: %v", res, res.Errors)
+	}
+}
+
+// servedSerial returns the serial number of the certificate a replica serves.
+func servedSerial(t *testing.T, pool *x509.CertPool, port int) string {
+	t.Helper()
+	conn, err := tls.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port), &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+}
+
+// TestCertificateRotation: the serving certificate files are replaced (as cert-manager does
+// in the mounted Secret) while both replicas take load: no request fails and both serve the
+// new certificate without a restart.
+func TestCertificateRotation(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{Scheme: widgetenv.Scheme()})
+	op := widgetenv.Setup(t, env, crd.StageAddVersion)
+	ms := replicas(t, op, 2)
+	pool := op.CA.CertPool()
+	before := servedSerial(t, pool, ms[0].WebhookPort)
+
+	ctx, stopLoad := context.WithCancel(context.Background())
+	defer stopLoad()
+	load := &widgetenv.Load{Client: op.WebhookClient(), Targets: track(ctx, ms).targets, Rate: 60}
+	results := make(chan *widgetenv.LoadResult, 1)
+	go func() { results <- load.Run(ctx) }()
+	time.Sleep(time.Second)
+
+	op.CA.Issue(t, "127.0.0.1", "localhost").WriteDir(t, op.CertDir)
+	rotated := time.Now()
+	testenv.Eventually(t, 30*time.Second, "both replicas serve the new certificate", func() error {
+		for _, m := range ms {
+			if s := servedSerial(t, pool, m.WebhookPort); s == before {
+				return fmt.Errorf("replica on %d still serves serial %s", m.WebhookPort, s)
+			}
+		}
+		return nil
+	})
+	t.Logf("new certificate served %s after the files changed", time.Since(rotated).Round(time.Millisecond))
+	time.Sleep(time.Second)
+	stopLoad()
+	res := <-results
+	t.Logf("webhook load during rotation: %s", res)
+	if res.Failures > 0 || res.Requests < 60 {
+		t.Errorf("load: %s; errors: %v", res, res.Errors)
+	}
+}
+
+// TestDrain: after SIGTERM readiness fails at once, and requests keep succeeding for the
+// drain delay.
+func TestDrain(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{Scheme: widgetenv.Scheme()})
+	op := widgetenv.Setup(t, env, crd.StageAddVersion)
+	m := op.StartManager(t, widgetenv.ManagerOptions{Args: []string{"--drain-delay=4s"}})
+	url := "https://127.0.0.1:" + strconv.Itoa(m.WebhookPort)
+
+	ctx, stopLoad := context.WithCancel(context.Background())
+	defer stopLoad()
+	load := &widgetenv.Load{Client: op.WebhookClient(), Targets: func() []string { return []string{url} }, Rate: 50}
+	results := make(chan *widgetenv.LoadResult, 1)
+	go func() { results <- load.Run(ctx) }()
+	time.Sleep(time.Second)
+	if err := m.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	testenv.Eventually(t, time.Second, "readiness fails after SIGTERM", func() error {
+		if m.Ready() {
+			return fmt.Errorf("still ready")
+		}
+		return nil
+	})
+	t.Logf("readiness failed %s after SIGTERM", time.Since(sent).Round(time.Millisecond))
+	time.Sleep(3*time.Second - time.Since(sent)) // well inside the drain delay
+	stopLoad()
+	res := <-results
+	t.Logf("load across SIGTERM and 3s of drain: %s", res)
+	if res.Failures > 0 {
+		t.Errorf("requests failed during the drain: %s; %v", res, res.Errors)
+	}
+	select {
+	case <-m.Exited():
+		t.Errorf("the manager exited %s after SIGTERM, before its drain delay", time.Since(sent))
+	default:
+	}
+	<-m.Exited()
+}
+
+// TestSecureEndpoints: no HTTP/2, no TLS below 1.2, and /metrics only for an authenticated and
+// authorized client.
+func TestSecureEndpoints(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{Scheme: widgetenv.Scheme()})
+	op := widgetenv.Setup(t, env, crd.StageAddVersion)
+	m := op.StartManager(t, widgetenv.ManagerOptions{})
+	pool := op.CA.CertPool()
+	// The metrics server makes its self-signed certificate after readiness; wait for it.
+	testenv.Eventually(t, 20*time.Second, "the metrics port accepts connections", func() error {
+		conn, err := tls.Dial("tcp", "127.0.0.1:"+strconv.Itoa(m.MetricsPort), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // reachability only
+		if err == nil {
+			conn.Close()
+		}
+		return err
+	})
+
+	for _, port := range []int{m.WebhookPort, m.MetricsPort} {
+		addr := "127.0.0.1:" + strconv.Itoa(port)
+		if conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}}); err == nil { //nolint:gosec // protocol check only
+			if p := conn.ConnectionState().NegotiatedProtocol; p == "h2" {
+				t.Errorf("%s negotiated HTTP/2", addr)
+			}
+			conn.Close()
+		}
+		if conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS11}); err == nil { //nolint:gosec // protocol check only
+			conn.Close()
+			t.Errorf("%s accepted TLS 1.1", addr)
+		}
+	}
+	if conn, err := tls.Dial("tcp", "127.0.0.1:"+strconv.Itoa(m.WebhookPort), &tls.Config{RootCAs: pool, NextProtos: []string{"h2", "http/1.1"}}); err != nil {
+		t.Errorf("an HTTP/1.1 client was refused: %v", err)
+	} else {
+		if p := conn.ConnectionState().NegotiatedProtocol; p != "http/1.1" {
+			t.Errorf("negotiated %q, want http/1.1", p)
+		}
+		conn.Close()
+	}
+
+	metricsURL := "https://127.0.0.1:" + strconv.Itoa(m.MetricsPort) + "/metrics"
+	insecure := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed metrics certificate
+	get := func(token string) int {
+		req, _ := http.NewRequest(http.MethodGet, metricsURL, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := insecure.Do(req)
+		if err != nil {
+			t.Fatalf("GET /metrics: %v", err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get(""); code != http.StatusUnauthorized && code != http.StatusForbidden {
+		t.Errorf("unauthenticated /metrics: %d, want 401 or 403", code)
+	}
+	ctx := context.Background()
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+	// Two service accounts: the manager's filter caches a denial for 30s, so the authorized
+	// one is never asked before its binding exists.
+	token := func(name string) string {
+		t.Helper()
+		if err := env.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: widgetenv.Namespace, Name: name}}); err != nil {
+			t.Fatal(err)
+		}
+		tr, err := cs.CoreV1().ServiceAccounts(widgetenv.Namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	if code := get(token("nobody")); code != http.StatusForbidden {
+		t.Errorf("an authenticated but unauthorized scraper got %d, want 403", code)
+	}
+	scraper := token("prometheus")
+	for _, obj := range []client.Object{
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "metrics-reader"}, Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "metrics-reader"}, RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "metrics-reader"},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: widgetenv.Namespace, Name: "prometheus"}}},
+	} {
+		if err := env.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(2 * time.Second) // RBAC's authorizer cache in the apiserver
+	testenv.Eventually(t, 20*time.Second, "the authorized scraper reads /metrics", func() error {
+		if code := get(scraper); code != http.StatusOK {
+			return fmt.Errorf("got %d", code)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,126 @@
+package widgetenv
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/widgetry/widget-operator/internal/webhook"
+)
+
+// Load sends ConversionReview and AdmissionReview requests straight to webhook servers at a
+// fixed rate, checking every answer, as the apiserver would during rollouts and failovers.
+type Load struct {
+	// Client must trust the serving certificate.
+	Client *http.Client
+	// Targets returns the base URLs ("https://127.0.0.1:PORT") to spread requests over; it
+	// is called for every request, so a test can take a replica out as an endpoint
+	// controller would.
+	Targets func() []string
+	// Rate is the total number of requests per second.
+	Rate int
+}
+
+// LoadResult sums up a run.
+type LoadResult struct {
+	Requests, Failures int
+	Worst              time.Duration
+	// Errors holds the first failures, for the test's message.
+	Errors []string
+}
+
+func (r *LoadResult) String() string {
+	return fmt.Sprintf("%d requests, %d failed, worst latency %s", r.Requests, r.Failures, r.Worst.Round(time.Millisecond))
+}
+
+var (
+	conversionBody = []byte(`{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"load","desiredAPIVersion":"widgetry.io/v1","objects":[` +
+		`{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"load","namespace":"default"},"spec":{"image":"srv:1","replicas":2,"timeoutSeconds":30,"endpoints":[{"name":"http","port":8080}]}}]}}`)
+	admissionBody = []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"load","kind":{"group":"widgetry.io","version":"v1alpha1","kind":"Widget"},` +
+		`"resource":{"group":"widgetry.io","version":"v1alpha1","resource":"widgets"},"name":"load","namespace":"default","operation":"CREATE","userInfo":{},` +
+		`"object":{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"load","namespace":"default"},"spec":{"image":"srv:1","replicas":2}}}}`)
+)
+
+// Run sends requests until ctx is done and returns what it saw.
+func (l *Load) Run(ctx context.Context) *LoadResult {
+	res := &LoadResult{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	ticker := time.NewTicker(time.Second / time.Duration(l.Rate))
+	defer ticker.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return res
+		case <-ticker.C:
+		}
+		targets := l.Targets()
+		if len(targets) == 0 {
+			continue
+		}
+		target := targets[i%len(targets)]
+		path, body := webhook.ConvertPath, conversionBody
+		if i%2 == 1 {
+			path, body = webhook.ValidatePath, admissionBody
+		}
+		wg.Go(func() {
+			start := time.Now()
+			err := l.send(target+path, body)
+			d := time.Since(start)
+			mu.Lock()
+			defer mu.Unlock()
+			res.Requests++
+			res.Worst = max(res.Worst, d)
+			if err != nil {
+				res.Failures++
+				if len(res.Errors) < 5 {
+					res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", target+path, err))
+				}
+			}
+		})
+	}
+}
+
+func (l *Load) send(url string, body []byte) error {
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := l.Client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("HTTP %d: %.200s", resp.StatusCode, data)
+	}
+	var answer struct {
+		Response struct {
+			Allowed *bool `json:"allowed"`
+			Result  *struct {
+				Status string `json:"status"`
+			} `json:"result"`
+		} `json:"response"`
+	}
+	if err := json.Unmarshal(data, &answer); err != nil {
+		return fmt.Errorf("undecodable answer: %w", err)
+	}
+	if a := answer.Response.Allowed; a != nil && !*a {
+		return fmt.Errorf("admission refused: %.200s", data)
+	}
+	if r := answer.Response.Result; answer.Response.Allowed == nil && (r == nil || r.Status != "Success") {
+		return fmt.Errorf("conversion failed: %.200s", data)
+	}
+	return nil
+}
