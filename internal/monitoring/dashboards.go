@@ -121,7 +121,7 @@ func overview() dashboardSpec {
 				kind: kindTimeseries, title: "Reconcile error ratio", unit: units.PercentUnit, min: zero(), w: 8, h: 8,
 				desc:    "Share of reconciles ending in an error. Above 10% for 15 minutes fires WidgetReconcileErrors.",
 				steps:   []step{base(green), at(0.1, red)},
-				queries: []query{{expr: `sum(rate(controller_runtime_reconcile_errors_total{` + mgr + `,controller="widget"}[` + rateWindow + `])) / sum(rate(controller_runtime_reconcile_total{` + mgr + `,controller="widget"}[` + rateWindow + `]))`, legend: "errors"}},
+				queries: []query{{expr: `(sum(rate(controller_runtime_reconcile_errors_total{` + mgr + `,controller="widget"}[` + rateWindow + `])) or vector(0)) / sum(rate(controller_runtime_reconcile_total{` + mgr + `,controller="widget"}[` + rateWindow + `]))`, legend: "errors"}},
 			}, {
 				kind: kindTimeseries, title: "Reconcile duration", unit: units.Seconds, min: zero(), w: 8, h: 8,
 				desc:  "50th and 99th percentile time of one reconcile of a Widget. A Widget reconcile writes a Deployment, a Service and a catalog ConfigMap; seconds mean a slow apiserver.",
@@ -181,9 +181,9 @@ func webhooks() dashboardSpec {
 				desc:  "Share of requests that did not succeed: conversion at the manager, conversion at the apiserver (includes TLS and connection failures that never reach the manager) and admission (non-2xx). Above 5% for 10 minutes fires WidgetConversionWebhookErrors.",
 				steps: []step{base(green), at(0.05, red)},
 				queries: []query{
-					{expr: `sum(rate(widget_conversion_requests_total{` + mgr + `,result!="success"}[` + rateWindow + `])) / sum(rate(widget_conversion_requests_total{` + mgr + `}[` + rateWindow + `]))`, legend: "conversion (manager)"},
-					{expr: `sum(rate(apiserver_crd_conversion_webhook_duration_seconds_count{` + crd + `,succeeded="false"}[` + rateWindow + `])) / sum(rate(apiserver_crd_conversion_webhook_duration_seconds_count{` + crd + `}[` + rateWindow + `]))`, legend: "conversion (apiserver)"},
-					{expr: `sum(rate(controller_runtime_webhook_requests_total{` + mgr + `,` + admission + `,code!~"2.."}[` + rateWindow + `])) / sum(rate(controller_runtime_webhook_requests_total{` + mgr + `,` + admission + `}[` + rateWindow + `]))`, legend: "admission"},
+					{expr: `(sum(rate(widget_conversion_requests_total{` + mgr + `,result!="success"}[` + rateWindow + `])) or vector(0)) / sum(rate(widget_conversion_requests_total{` + mgr + `}[` + rateWindow + `]))`, legend: "conversion (manager)"},
+					{expr: `(sum(rate(apiserver_crd_conversion_webhook_duration_seconds_count{` + crd + `,succeeded="false"}[` + rateWindow + `])) or vector(0)) / sum(rate(apiserver_crd_conversion_webhook_duration_seconds_count{` + crd + `}[` + rateWindow + `]))`, legend: "conversion (apiserver)"},
+					{expr: `(sum(rate(controller_runtime_webhook_requests_total{` + mgr + `,` + admission + `,code!~"2.."}[` + rateWindow + `])) or vector(0)) / sum(rate(controller_runtime_webhook_requests_total{` + mgr + `,` + admission + `}[` + rateWindow + `]))`, legend: "admission"},
 				},
 			}, {
 				kind: kindTimeseries, title: "Conversion failures by reason", unit: units.RequestsPerSecond, min: zero(), w: 12, h: 8,
