@@ -3,8 +3,8 @@ package migrate_test
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"os"

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -166,6 +167,55 @@ func isTerminal(s *svmv1.StorageVersionMigration) bool {
 		meta.IsStatusConditionTrue(s.Status.Conditions, string(svmv1.MigrationFailed))
 }
 
+// nudgeInterval is how often nudgeWhileWaiting writes while kube-controller-manager waits.
+const nudgeInterval = 5 * time.Second
+
+// nudgeWhileWaiting returns a waitSVM condition that is true once the migration is terminal
+// and, while it is not, re-encodes one object every nudgeInterval once the migration has its
+// status.resourceVersion.
+//
+// Why: kube-controller-manager migrates only once its garbage collector's informer for the
+// resource has seen that resourceVersion, and an informer's resourceVersion moves only with
+// events on the resource, or with watch bookmarks about once a minute; meanwhile the
+// controller retries with a growing backoff. On a quiet resource that costs one to three
+// minutes. One real write (our usual no-op patch, on an object still in the old encoding)
+// is an event, and the migration starts at the controller's next retry.
+func (r *run) nudgeWhileWaiting() func(*svmv1.StorageVersionMigration) bool {
+	var last time.Time
+	exhausted := false
+	return func(s *svmv1.StorageVersionMigration) bool {
+		if isTerminal(s) {
+			return true
+		}
+		if exhausted || s.Status.ResourceVersion == "" || time.Since(last) < nudgeInterval {
+			return false
+		}
+		last = time.Now()
+		exhausted = !r.rewriteOne(context.Background())
+		return false
+	}
+}
+
+// rewriteOne re-encodes the first listed object that is not in the storage encoding yet,
+// and reports whether it found one.
+func (r *run) rewriteOne(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	res := r.m.meta.Resource(r.t.gvr)
+	list, err := res.List(ctx, metav1.ListOptions{Limit: 20})
+	if err != nil {
+		return true // try again at the next interval
+	}
+	for _, o := range list.Items {
+		patch := fmt.Appendf(nil, `{"metadata":{"resourceVersion":%q}}`, o.ResourceVersion)
+		got, err := res.Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		if err == nil && got.ResourceVersion != o.ResourceVersion {
+			return true
+		}
+	}
+	return false
+}
+
 // verifiedRE reads the object count of kube-controller-manager's final Running message.
 var verifiedRE = regexp.MustCompile(`(\d+) objects verified migrated`)
 
@@ -188,7 +238,7 @@ func (r *run) runInTree(ctx context.Context) error {
 		wctx, cancel = context.WithTimeout(ctx, r.opts.InTreeTimeout)
 		defer cancel()
 	}
-	svm, err := r.waitSVM(wctx, name, isTerminal)
+	svm, err := r.waitSVM(wctx, name, r.nudgeWhileWaiting())
 	if err != nil {
 		if ctx.Err() == nil && wctx.Err() != nil {
 			return fmt.Errorf("StorageVersionMigration %s did not finish within %s; it keeps running in kube-controller-manager: rerun to wait for it again: %w", name, r.opts.InTreeTimeout, err)
