@@ -5,6 +5,7 @@ package crd
 
 import (
 	_ "embed"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -102,31 +103,81 @@ func ParseStage(name string) (Stage, error) {
 	return "", fmt.Errorf("unknown stage %q; the stages are initial, add-version, flip-storage, migrate, unserve", name)
 }
 
-// ApplyStageFlags sets the Widget CRD's versions as DESIGN.md's stage table says: which
-// versions exist, which are served, which is stored, and the deprecation of v1alpha1. The
-// schemas come from the generated CRD; everything else on c (conversion, metadata) is kept.
-func ApplyStageFlags(c *apiextensionsv1.CustomResourceDefinition, stage Stage) error {
-	base := Widget()
-	alpha := Version(base, "v1alpha1").DeepCopy()
-	hub := Version(base, "v1").DeepCopy()
-	switch stage {
-	case StageInitial:
-		alpha.Served, alpha.Storage = true, true
-		c.Spec.Versions = []apiextensionsv1.CustomResourceDefinitionVersion{*alpha}
-		return nil
-	case StageAddVersion:
-		alpha.Served, alpha.Storage, hub.Served, hub.Storage = true, true, true, false
-	case StageFlipStorage, StageMigrate:
-		alpha.Served, alpha.Storage, hub.Served, hub.Storage = true, false, true, true
-	case StageUnserve:
-		alpha.Served, alpha.Storage, hub.Served, hub.Storage = false, false, true, true
-	default:
-		_, err := ParseStage(string(stage))
+// VersionPair is the pair of versions a staged upgrade moves between, for any CRD.
+type VersionPair struct {
+	// Old is the version being retired, New the one replacing it.
+	Old, New string
+	// Template returns the definition of New when the CRD lacks it (nil: it cannot be added).
+	Template func(name string) *apiextensionsv1.CustomResourceDefinitionVersion
+	// DeprecationWarning is set on Old from add-version on.
+	DeprecationWarning string
+}
+
+// ErrNoTemplate is returned when New must be added but the pair has no template for it.
+var ErrNoTemplate = errors.New("the CRD lacks the new version and no schema for it is known")
+
+// WidgetPair is the Widget API's pair, with the generated schemas.
+func WidgetPair() VersionPair {
+	return VersionPair{Old: "v1alpha1", New: "v1", DeprecationWarning: DeprecationWarning,
+		Template: func(name string) *apiextensionsv1.CustomResourceDefinitionVersion { return Version(Widget(), name) }}
+}
+
+// SetStageFlags sets c's versions as DESIGN.md's stage table says — which versions exist,
+// which are served, which is stored, Old's deprecation — flipping the flags of the versions
+// in place and adding New from the pair's template when it is missing. Everything else on c
+// (schemas, conversion, metadata) is kept. This is the one place the table is encoded.
+func SetStageFlags(c *apiextensionsv1.CustomResourceDefinition, pair VersionPair, stage Stage) error {
+	if _, err := ParseStage(string(stage)); err != nil {
 		return err
 	}
-	alpha.Deprecated, alpha.DeprecationWarning = true, ptrTo(DeprecationWarning)
-	c.Spec.Versions = []apiextensionsv1.CustomResourceDefinitionVersion{*alpha, *hub}
+	idxOld, idxNew := -1, -1
+	for i, v := range c.Spec.Versions {
+		switch v.Name {
+		case pair.Old:
+			idxOld = i
+		case pair.New:
+			idxNew = i
+		}
+	}
+	if idxOld < 0 {
+		return fmt.Errorf("CRD %s has no version %s", c.Name, pair.Old)
+	}
+	if stage == StageInitial {
+		old := c.Spec.Versions[idxOld]
+		old.Served, old.Storage, old.Deprecated, old.DeprecationWarning = true, true, false, nil
+		c.Spec.Versions = []apiextensionsv1.CustomResourceDefinitionVersion{old}
+		return nil
+	}
+	if idxNew < 0 {
+		var v *apiextensionsv1.CustomResourceDefinitionVersion
+		if pair.Template != nil {
+			v = pair.Template(pair.New)
+		}
+		if v == nil {
+			return fmt.Errorf("CRD %s, version %s: %w", c.Name, pair.New, ErrNoTemplate)
+		}
+		c.Spec.Versions = append(c.Spec.Versions, *v.DeepCopy())
+		idxNew = len(c.Spec.Versions) - 1
+	}
+	old, nw := &c.Spec.Versions[idxOld], &c.Spec.Versions[idxNew]
+	old.Deprecated, old.DeprecationWarning = true, nil
+	if pair.DeprecationWarning != "" {
+		old.DeprecationWarning = ptrTo(pair.DeprecationWarning)
+	}
+	switch stage {
+	case StageAddVersion:
+		old.Served, old.Storage, nw.Served, nw.Storage = true, true, true, false
+	case StageFlipStorage, StageMigrate:
+		old.Served, old.Storage, nw.Served, nw.Storage = true, false, true, true
+	case StageUnserve:
+		old.Served, old.Storage, nw.Served, nw.Storage = false, false, true, true
+	}
 	return nil
+}
+
+// ApplyStageFlags is SetStageFlags for the Widget CRD.
+func ApplyStageFlags(c *apiextensionsv1.CustomResourceDefinition, stage Stage) error {
+	return SetStageFlags(c, WidgetPair(), stage)
 }
 
 func ptrTo[T any](v T) *T { return &v }

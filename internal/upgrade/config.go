@@ -1,0 +1,73 @@
+package upgrade
+
+import (
+	"fmt"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/widgetry/widget-operator/internal/crd"
+)
+
+// Config names the CRD and the version pair an upgrade moves between.
+type Config struct {
+	// CRD is the CustomResourceDefinition's name.
+	CRD string
+	// Old is the version being retired (the installed base), New the one replacing it.
+	Old, New string
+	// VersionTemplate returns the definition (schema, subresources, columns) of a version the
+	// live CRD lacks, for add-version; nil when the engine cannot add versions (then the
+	// user adds the schema and the engine only flips flags).
+	VersionTemplate func(name string) *apiextensionsv1.CustomResourceDefinitionVersion
+	// DeprecationWarning is set on Old from add-version on; empty: the apiserver's default.
+	DeprecationWarning string
+	// ProbeObject returns an object of version Old for the conversion probe (apiVersion,
+	// kind and metadata are set by the engine).
+	ProbeObject func() map[string]any
+	// DryRunObject returns an object of version New for the server-side dry-run create of
+	// the flip-storage preflight; nil skips that check (the GETs still run).
+	DryRunObject func(namespace string) *unstructured.Unstructured
+	// OwnerResources are the resources whose owner references must not name Old before it
+	// stops being served: the garbage collector cannot resolve an unserved version.
+	OwnerResources []schema.GroupVersionResource
+	// RunbookDir is where the upgrade runbook pages are, "runbooks/upgrade".
+	RunbookDir string
+}
+
+func (c Config) pair() crd.VersionPair {
+	return crd.VersionPair{Old: c.Old, New: c.New, Template: c.VersionTemplate, DeprecationWarning: c.DeprecationWarning}
+}
+
+// Runbook returns the runbook page of a stage.
+func (c Config) Runbook(s crd.Stage) string {
+	return fmt.Sprintf("%s/%s.md", c.RunbookDir, s)
+}
+
+// WidgetConfig is the Config of the Widget API: v1alpha1 to v1.
+func WidgetConfig() Config {
+	return Config{
+		CRD: crd.WidgetName, Old: "v1alpha1", New: "v1",
+		VersionTemplate:    crd.WidgetPair().Template,
+		DeprecationWarning: crd.DeprecationWarning,
+		ProbeObject: func() map[string]any {
+			return map[string]any{"spec": map[string]any{
+				"image": "registry.example.com/widgetctl/probe:v1", "replicas": int64(0), "timeoutSeconds": int64(2),
+				"endpoints": []any{map[string]any{"name": "a", "port": int64(1)}, map[string]any{"name": "b", "port": int64(65535)}},
+			}}
+		},
+		DryRunObject: func(namespace string) *unstructured.Unstructured {
+			u := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "widgetry.io/v1", "kind": "Widget",
+				"metadata": map[string]any{"generateName": "widgetctl-preflight-", "namespace": namespace},
+				"spec":     map[string]any{"image": "registry.example.com/widgetctl/probe:v1", "size": int64(0), "timeout": "1.5s", "paused": true},
+			}}
+			return u
+		},
+		OwnerResources: []schema.GroupVersionResource{
+			{Group: "apps", Version: "v1", Resource: "deployments"},
+			{Version: "v1", Resource: "services"},
+		},
+		RunbookDir: "runbooks/upgrade",
+	}
+}

@@ -1,0 +1,131 @@
+package upgrade
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/widgetry/widget-operator/internal/crd"
+)
+
+// Refusal is a step the engine will not take: nothing was changed; Message says why and
+// Next names the next safe step, with its runbook.
+type Refusal struct {
+	Message string
+	Next    string
+}
+
+func (r *Refusal) Error() string {
+	if r.Next == "" {
+		return r.Message
+	}
+	return r.Message + "; next safe step: " + r.Next
+}
+
+// IsRefusal reports whether err is, or wraps, a Refusal.
+func IsRefusal(err error) bool {
+	var r *Refusal
+	return errors.As(err, &r)
+}
+
+// Check names a precondition of a step.
+type Check string
+
+// The preflight checks.
+const (
+	CheckEstablished      Check = "crd-established"
+	CheckWebhookProbe     Check = "conversion-webhook-probe"
+	CheckDryRunCreate     Check = "dry-run-create-through-new"
+	CheckReadAllVersions  Check = "read-through-every-served-version"
+	CheckOnlyNewStored    Check = "stored-versions-only-new"
+	CheckOwnerReferences  Check = "no-owner-reference-to-old"
+	CheckNothingNewStored Check = "nothing-stored-as-new"
+)
+
+// Step moves one stage forward or back.
+type Step struct {
+	From     crd.Stage `json:"from"`
+	To       crd.Stage `json:"to"`
+	Rollback bool      `json:"rollback"`
+	// Change is the CRD change the step makes.
+	Change string `json:"change"`
+	// Then is what must run after the CRD change (the chart's post-upgrade hook does it).
+	Then   string  `json:"then,omitempty"`
+	Checks []Check `json:"checks"`
+}
+
+func stageIndex(s crd.Stage) int { return slices.Index(crd.Stages, s) }
+
+// Plan returns the steps from the observed stage to target, one stage each. A jump of more
+// than one stage is refused unless allowJump, and then planned step by step with every check.
+func Plan(o *Observation, cfg Config, target crd.Stage, allowJump bool) ([]Step, error) {
+	if _, err := crd.ParseStage(string(target)); err != nil {
+		return nil, &Refusal{Message: err.Error()}
+	}
+	if !o.Exists {
+		return []Step{{To: target, Change: fmt.Sprintf("install the CRD at stage %s: nothing is stored yet, any stage may be installed", target), Checks: []Check{}}}, nil
+	}
+	if o.Inconsistent != "" {
+		return nil, &Refusal{Message: fmt.Sprintf("CRD %s is in an inconsistent state: %s", o.CRD, o.Inconsistent),
+			Next: "repair the CRD by hand, see " + cfg.RunbookDir + "/README.md"}
+	}
+	from, to := stageIndex(o.Stage), stageIndex(target)
+	if from == to {
+		return nil, nil
+	}
+	dir := 1
+	if to < from {
+		dir = -1
+	}
+	if abs(to-from) > 1 && !allowJump {
+		next := crd.Stages[from+dir]
+		return nil, &Refusal{Message: fmt.Sprintf("stage %s to %s skips %d stage(s); the API moves one stage at a time", o.Stage, target, abs(to-from)-1),
+			Next: fmt.Sprintf("%s (%s)", next, cfg.Runbook(next))}
+	}
+	var steps []Step
+	for i := from; i != to; i += dir {
+		steps = append(steps, step(cfg, crd.Stages[i], crd.Stages[i+dir]))
+	}
+	return steps, nil
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
+
+// step describes one transition and its checks.
+func step(cfg Config, from, to crd.Stage) Step {
+	s := Step{From: from, To: to, Rollback: stageIndex(to) < stageIndex(from)}
+	base := []Check{CheckEstablished}
+	switch {
+	case from == crd.StageInitial && to == crd.StageAddVersion:
+		s.Change = fmt.Sprintf("add %s (served, not stored); mark %s deprecated", cfg.New, cfg.Old)
+		s.Checks = append(base, CheckWebhookProbe)
+	case from == crd.StageAddVersion && to == crd.StageFlipStorage:
+		s.Change = fmt.Sprintf("make %s the storage version (objects written from now on are stored as %s)", cfg.New, cfg.New)
+		s.Checks = append(base, CheckWebhookProbe, CheckDryRunCreate, CheckReadAllVersions)
+	case from == crd.StageFlipStorage && to == crd.StageMigrate:
+		s.Change = "none (the flags stay)"
+		s.Then = fmt.Sprintf("rewrite every stored object as %s, then trim status.storedVersions to [%s] (widgetctl migrate --crd %s)", cfg.New, cfg.New, cfg.CRD)
+		s.Checks = append(base, CheckWebhookProbe)
+	case from == crd.StageMigrate && to == crd.StageUnserve:
+		s.Change = fmt.Sprintf("stop serving %s", cfg.Old)
+		s.Checks = append(base, CheckOnlyNewStored, CheckOwnerReferences)
+	case from == crd.StageUnserve && to == crd.StageMigrate:
+		s.Change = fmt.Sprintf("serve %s again (deprecated)", cfg.Old)
+		s.Checks = append(base, CheckWebhookProbe)
+	case from == crd.StageMigrate && to == crd.StageFlipStorage:
+		s.Change = fmt.Sprintf("none (the flags stay; storedVersions stays [%s])", cfg.New)
+		s.Checks = append(base, CheckWebhookProbe)
+	case from == crd.StageFlipStorage && to == crd.StageAddVersion:
+		s.Change = fmt.Sprintf("make %s the storage version again (objects already stored as %s stay so until rewritten)", cfg.Old, cfg.New)
+		s.Checks = append(base, CheckWebhookProbe)
+	case from == crd.StageAddVersion && to == crd.StageInitial:
+		s.Change = fmt.Sprintf("remove %s from the CRD; %s is no longer deprecated", cfg.New, cfg.Old)
+		s.Checks = append(base, CheckNothingNewStored)
+	}
+	return s
+}

@@ -1,0 +1,189 @@
+package upgrade
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/metadata"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/widgetry/widget-operator/internal/crd"
+)
+
+// Clients are what the preflight checks read and write through.
+type Clients struct {
+	Client   client.Client
+	Metadata metadata.Interface
+	Probe    ProbeOptions
+	// DryRunNamespace is where the dry-run create is tried ("default").
+	DryRunNamespace string
+}
+
+// CheckResult is the outcome of one check.
+type CheckResult struct {
+	Check Check  `json:"check"`
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+}
+
+// Preflight runs the checks of every step and returns their results, and a Refusal naming
+// the first failed check, the next safe step and its runbook when one fails.
+func Preflight(ctx context.Context, cl Clients, cfg Config, o *Observation, steps []Step) ([]CheckResult, error) {
+	var results []CheckResult
+	for _, s := range steps {
+		for _, check := range s.Checks {
+			err := runCheck(ctx, cl, cfg, o, s, check)
+			r := CheckResult{Check: check, OK: err == nil}
+			if err != nil {
+				r.Error = err.Error()
+			}
+			results = append(results, r)
+			if err != nil {
+				return results, &Refusal{
+					Message: fmt.Sprintf("preflight for %s -> %s refused: %s: %v", stageName(s.From), s.To, check, err),
+					Next:    nextSafeStep(cfg, o, s, check),
+				}
+			}
+		}
+	}
+	return results, nil
+}
+
+func stageName(s crd.Stage) string {
+	if s == "" {
+		return "none"
+	}
+	return string(s)
+}
+
+// nextSafeStep says what to do instead of a refused step.
+func nextSafeStep(cfg Config, o *Observation, s Step, check Check) string {
+	switch check {
+	case CheckNothingNewStored:
+		return fmt.Sprintf("reverse migration first: widgetctl migrate --crd %s --to %s (every object rewritten as %s, %s trimmed), then retry (%s)",
+			cfg.CRD, cfg.Old, cfg.Old, cfg.New, cfg.Runbook(crd.StageAddVersion))
+	case CheckOnlyNewStored:
+		return fmt.Sprintf("stage migrate: widgetctl migrate --crd %s (%s)", cfg.CRD, cfg.Runbook(crd.StageMigrate))
+	case CheckOwnerReferences:
+		return fmt.Sprintf("let the operator rewrite its children's owner references (it does after the storage flip; is it running?), then retry (%s)", cfg.Runbook(crd.StageUnserve))
+	}
+	return fmt.Sprintf("stay at %s and fix the %s check (%s)", stageName(o.Stage), check, cfg.Runbook(s.To))
+}
+
+func runCheck(ctx context.Context, cl Clients, cfg Config, o *Observation, s Step, check Check) error {
+	switch check {
+	case CheckEstablished:
+		if o.Conditions["Established"] != "True" {
+			return fmt.Errorf("CRD %s is not Established (conditions %v)", cfg.CRD, o.Conditions)
+		}
+		return nil
+	case CheckWebhookProbe:
+		return ProbeConversion(ctx, o.live, cfg, cl.Probe)
+	case CheckDryRunCreate:
+		return dryRunCreate(ctx, cl, cfg, o)
+	case CheckReadAllVersions:
+		return readThroughServedVersions(ctx, cl.Client, o.live)
+	case CheckOnlyNewStored:
+		if !slices.Equal(o.StoredVersions, []string{cfg.New}) {
+			return fmt.Errorf("storedVersions is %v: objects may still be stored as %s, and once %s stops being served they could not be read or migrated", o.StoredVersions, cfg.Old, cfg.Old)
+		}
+		return nil
+	case CheckNothingNewStored:
+		if slices.Contains(o.StoredVersions, cfg.New) {
+			return fmt.Errorf("storedVersions is %v: objects may be stored as %s, and the apiserver refuses to remove a stored version from spec.versions (the objects would become unreadable)", o.StoredVersions, cfg.New)
+		}
+		return nil
+	case CheckOwnerReferences:
+		return ownerReferencesToOld(ctx, cl.Metadata, cfg, o.live)
+	}
+	return fmt.Errorf("unknown check %s", check)
+}
+
+// dryRunCreate creates an object through New with dryRun=All: the apiserver validates it
+// against New's schema and, with the storage version not yet New, converts it through the
+// webhook exactly as real writes will.
+func dryRunCreate(ctx context.Context, cl Clients, cfg Config, o *Observation) error {
+	if cfg.DryRunObject == nil {
+		return nil
+	}
+	ns := cl.DryRunNamespace
+	if ns == "" {
+		ns = "default"
+	}
+	obj := cfg.DryRunObject(ns)
+	if err := cl.Client.Create(ctx, obj, client.DryRunAll); err != nil {
+		return fmt.Errorf("server-side dry-run create through %s in namespace %s: %w", cfg.New, ns, err)
+	}
+	return nil
+}
+
+// readThroughServedVersions lists every object through every served version, page by page:
+// each read of the version not stored goes through the conversion webhook, as the apiserver
+// will for every client.
+func readThroughServedVersions(ctx context.Context, c client.Client, live *apiextensionsv1.CustomResourceDefinition) error {
+	counts := map[string]int{}
+	for _, v := range live.Spec.Versions {
+		if !v.Served {
+			continue
+		}
+		list := &unstructured.UnstructuredList{}
+		list.SetAPIVersion(live.Spec.Group + "/" + v.Name)
+		list.SetKind(live.Spec.Names.ListKind)
+		cont := ""
+		for {
+			if err := c.List(ctx, list, client.Limit(500), client.Continue(cont)); err != nil {
+				return fmt.Errorf("list %s through %s: %w", live.Spec.Names.Plural, v.Name, err)
+			}
+			counts[v.Name] += len(list.Items)
+			if cont = list.GetContinue(); cont == "" {
+				break
+			}
+		}
+	}
+	for _, n := range counts {
+		for _, m := range counts {
+			if n != m {
+				// Objects created or deleted between the LISTs also show here; rerun to tell.
+				return fmt.Errorf("the served versions list different numbers of objects: %v", counts)
+			}
+		}
+	}
+	return nil
+}
+
+// ownerReferencesToOld scans OwnerResources for owner references naming the CRD's kind
+// through Old.
+func ownerReferencesToOld(ctx context.Context, md metadata.Interface, cfg Config, live *apiextensionsv1.CustomResourceDefinition) error {
+	oldAPIVersion := live.Spec.Group + "/" + cfg.Old
+	var found []string
+	for _, gvr := range cfg.OwnerResources {
+		cont := ""
+		for {
+			list, err := md.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
+			if err != nil {
+				return fmt.Errorf("list %s to check owner references: %w", gvr.Resource, err)
+			}
+			for _, item := range list.Items {
+				for _, ref := range item.OwnerReferences {
+					if ref.APIVersion == oldAPIVersion && ref.Kind == live.Spec.Names.Kind {
+						found = append(found, fmt.Sprintf("%s %s/%s", gvr.Resource, item.Namespace, item.Name))
+					}
+				}
+			}
+			if cont = list.Continue; cont == "" {
+				break
+			}
+		}
+	}
+	if len(found) > 0 {
+		shown := found[:min(5, len(found))]
+		return fmt.Errorf("%d object(s) have owner references to %s %s, which the garbage collector cannot resolve once %s is not served: %s",
+			len(found), oldAPIVersion, live.Spec.Names.Kind, cfg.Old, strings.Join(shown, ", "))
+	}
+	return nil
+}

@@ -1,0 +1,173 @@
+package upgrade
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+)
+
+// ProbeOptions tune the conversion probe.
+type ProbeOptions struct {
+	// URL overrides where the probe connects (e.g. a kubectl port-forward from a laptop); the
+	// certificate is still verified against the CRD's caBundle, for the Service's DNS name.
+	URL string
+	// Timeout bounds each request (default 10s).
+	Timeout time.Duration
+}
+
+// ProbeConversion sends the CRD's conversion webhook a ConversionReview of a probe object
+// from Old to New and back, over TLS verified with the caBundle the CRD carries (what the
+// apiserver will trust), and checks the answers obey the protocol and the round trip loses
+// nothing. Before add-version the apiserver cannot do this: New is not served yet.
+func ProbeConversion(ctx context.Context, live *apiextensionsv1.CustomResourceDefinition, cfg Config, opts ProbeOptions) error {
+	conv := live.Spec.Conversion
+	if conv == nil || conv.Strategy != apiextensionsv1.WebhookConverter || conv.Webhook == nil || conv.Webhook.ClientConfig == nil {
+		return fmt.Errorf("CRD %s has no conversion webhook (strategy %v); install the chart, which configures it from the first install", live.Name, strategyOf(live))
+	}
+	cc := conv.Webhook.ClientConfig
+	if len(cc.CABundle) == 0 {
+		return fmt.Errorf("CRD %s has an empty caBundle: cainjector has not injected the CA yet; check the Certificate is Ready and cainjector runs (runbooks/procedures/certificate-rotation.md)", live.Name)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(cc.CABundle) {
+		return fmt.Errorf("CRD %s caBundle holds no PEM certificate", live.Name)
+	}
+	target, serverName, err := webhookTarget(cc)
+	if err != nil {
+		return err
+	}
+	if opts.URL != "" {
+		target = opts.URL
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = 10 * time.Second
+	}
+	httpClient := &http.Client{Timeout: opts.Timeout, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12}}}
+	defer httpClient.CloseIdleConnections()
+
+	group, kind := live.Spec.Group, live.Spec.Names.Kind
+	probe := cfg.ProbeObject()
+	probe["apiVersion"], probe["kind"] = group+"/"+cfg.Old, kind
+	probe["metadata"] = map[string]any{"name": "widgetctl-probe", "namespace": "default", "uid": "00000000-0000-4000-8000-000000000000",
+		"labels": map[string]any{"widgetry.io/probe": "true"}}
+	original, err := normalize(probe)
+	if err != nil {
+		return err
+	}
+	toNew, err := convertOnce(ctx, httpClient, target, group+"/"+cfg.New, original)
+	if err != nil {
+		return fmt.Errorf("conversion webhook %s, %s to %s: %w", target, cfg.Old, cfg.New, err)
+	}
+	back, err := convertOnce(ctx, httpClient, target, group+"/"+cfg.Old, toNew)
+	if err != nil {
+		return fmt.Errorf("conversion webhook %s, %s to %s: %w", target, cfg.New, cfg.Old, err)
+	}
+	if !equality.Semantic.DeepEqual(original["spec"], back["spec"]) || !equality.Semantic.DeepEqual(original["metadata"], back["metadata"]) {
+		return fmt.Errorf("conversion webhook %s lost data in a round trip %s -> %s -> %s: sent %v, got back %v", target, cfg.Old, cfg.New, cfg.Old, original, back)
+	}
+	return nil
+}
+
+func strategyOf(live *apiextensionsv1.CustomResourceDefinition) any {
+	if live.Spec.Conversion == nil {
+		return "None"
+	}
+	return live.Spec.Conversion.Strategy
+}
+
+// webhookTarget is the URL the apiserver calls and the name its certificate must carry.
+func webhookTarget(cc *apiextensionsv1.WebhookClientConfig) (string, string, error) {
+	if cc.URL != nil {
+		u, err := url.Parse(*cc.URL)
+		if err != nil {
+			return "", "", fmt.Errorf("conversion webhook URL %q: %w", *cc.URL, err)
+		}
+		return *cc.URL, u.Hostname(), nil
+	}
+	s := cc.Service
+	if s == nil {
+		return "", "", fmt.Errorf("conversion webhook has neither url nor service")
+	}
+	port := int32(443)
+	if s.Port != nil {
+		port = *s.Port
+	}
+	path := ""
+	if s.Path != nil {
+		path = *s.Path
+	}
+	host := fmt.Sprintf("%s.%s.svc", s.Name, s.Namespace)
+	return fmt.Sprintf("https://%s:%d%s", host, port, path), host, nil
+}
+
+func normalize(obj map[string]any) (map[string]any, error) {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]any
+	return out, json.Unmarshal(b, &out)
+}
+
+// convertOnce sends one object and checks the answer: same uid, one object, the desired
+// apiVersion, the same kind, Success.
+func convertOnce(ctx context.Context, c *http.Client, target, desired string, obj map[string]any) (map[string]any, error) {
+	const uid = "widgetctl-preflight-probe"
+	body, err := json.Marshal(map[string]any{"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+		"request": map[string]any{"uid": uid, "desiredAPIVersion": desired, "objects": []any{obj}}})
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("no answer (%w); is the webhook Service ready and does its certificate verify against the CRD's caBundle?", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("HTTP %d: %.300s", resp.StatusCode, data)
+	}
+	var review struct {
+		Response struct {
+			UID              string           `json:"uid"`
+			ConvertedObjects []map[string]any `json:"convertedObjects"`
+			Result           struct {
+				Status, Message string
+			} `json:"result"`
+		} `json:"response"`
+	}
+	if err := json.Unmarshal(data, &review); err != nil {
+		return nil, fmt.Errorf("answer is not a ConversionReview: %w", err)
+	}
+	r := review.Response
+	switch {
+	case r.UID != uid:
+		return nil, fmt.Errorf("answer uid %q, want %q", r.UID, uid)
+	case r.Result.Status != "Success":
+		return nil, fmt.Errorf("conversion failed: %s", r.Result.Message)
+	case len(r.ConvertedObjects) != 1:
+		return nil, fmt.Errorf("%d objects answered for 1", len(r.ConvertedObjects))
+	case r.ConvertedObjects[0]["apiVersion"] != desired || r.ConvertedObjects[0]["kind"] != obj["kind"]:
+		return nil, fmt.Errorf("answered %v %v, want %s %v", r.ConvertedObjects[0]["apiVersion"], r.ConvertedObjects[0]["kind"], desired, obj["kind"])
+	}
+	return r.ConvertedObjects[0], nil
+}
