@@ -103,7 +103,8 @@ func TestSetStageFlagsNeverDropsAStoredVersionSilently(t *testing.T) {
 
 func TestCheckVersionsKept(t *testing.T) {
 	c := widgetAt(t, crd.StageMigrate, "v1alpha1", "v1")
-	c.Spec.Versions = c.Spec.Versions[1:] // drop v1alpha1 while it is stored
+	// Drop v1alpha1 while it is stored.
+	c.Spec.Versions = []apiextensionsv1.CustomResourceDefinitionVersion{*crd.Version(c, "v1")}
 	err := CheckVersionsKept(c)
 	if !IsRefusal(err) || !strings.Contains(err.Error(), "removing version v1alpha1") || !strings.Contains(err.Error(), "widgetctl migrate") {
 		t.Errorf("got %v", err)
