@@ -1,0 +1,163 @@
+// Package cli holds widgetctl's commands (one file per command) on a cobra root that owns
+// the global flags, the output format and the exit codes. cmd/widgetctl only calls Execute.
+//
+// Exit codes, the same for every command:
+//
+//	0  done
+//	1  refused: a precondition does not hold (bad flags included); nothing needs undoing,
+//	   the message says what to do next
+//	2  error: something failed on the way; the message says what and whether to rerun
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/widgetry/widget-operator/internal/migrate"
+)
+
+// Exit codes of Execute.
+const (
+	ExitDone    = 0
+	ExitRefused = 1
+	ExitError   = 2
+)
+
+// Output formats of --output.
+const (
+	OutputText = "text"
+	OutputJSON = "json"
+)
+
+// GlobalOptions are the flags and streams every command shares.
+type GlobalOptions struct {
+	Kubeconfig string
+	Context    string
+	Output     string
+
+	Stdout, Stderr io.Writer
+	// StderrIsTerminal decides between a progress bar and structured log lines.
+	StderrIsTerminal bool
+}
+
+// Subcommands are the constructors of widgetctl's commands, in help order. A new command is a
+// file in this package with a constructor appended here.
+var Subcommands = []func(*GlobalOptions) *cobra.Command{
+	NewMigrateCommand,
+}
+
+// NewRootCommand builds widgetctl's root command with every command of Subcommands.
+func NewRootCommand(g *GlobalOptions) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "widgetctl",
+		Short: "Staged API upgrades and storage migration for the widget-operator (also kubectl widget)",
+		Long: `widgetctl drives the staged API upgrade of the Widget CRD and migrates the stored objects
+of any CRD. It talks to the cluster of the current kubeconfig context.
+
+Exit codes: 0 done, 1 refused (a precondition does not hold; nothing needs undoing), 2 error.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if g.Output != OutputText && g.Output != OutputJSON {
+				return refused(fmt.Errorf("--output %q: use text or json", g.Output))
+			}
+			return nil
+		},
+	}
+	root.SetOut(g.Stdout)
+	root.SetErr(g.Stderr)
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.Kubeconfig, "kubeconfig", "", "path of the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then the in-cluster configuration)")
+	pf.StringVar(&g.Context, "context", "", "kubeconfig context to use (default: the current context)")
+	pf.StringVarP(&g.Output, "output", "o", OutputText, "output format: text or json")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return refused(err) })
+	for _, newCommand := range Subcommands {
+		root.AddCommand(newCommand(g))
+	}
+	return root
+}
+
+// clientConfig loads the kubeconfig the way kubectl does.
+func (g *GlobalOptions) clientConfig() clientcmd.ClientConfig {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = g.Kubeconfig
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: g.Context})
+}
+
+// RESTConfig is the client configuration of the selected context, with API warnings
+// (deprecated versions...) written once each to stderr.
+func (g *GlobalOptions) RESTConfig() (*rest.Config, error) {
+	cfg, err := g.clientConfig().ClientConfig()
+	if err != nil {
+		return nil, refused(fmt.Errorf("load the kubeconfig: %w (pass --kubeconfig or --context)", err))
+	}
+	cfg.WarningHandler = rest.NewWarningWriter(g.Stderr, rest.WarningWriterOptions{Deduplicate: true})
+	cfg.UserAgent = "widgetctl"
+	return cfg, nil
+}
+
+// Namespace is the selected context's namespace ("default" if it names none; the pod's own
+// namespace in a cluster).
+func (g *GlobalOptions) Namespace() string {
+	ns, _, err := g.clientConfig().Namespace()
+	if err != nil || ns == "" {
+		return "default"
+	}
+	return ns
+}
+
+// refusedError marks an error as a refusal (exit code 1).
+type refusedError struct{ err error }
+
+func (e *refusedError) Error() string { return e.err.Error() }
+func (e *refusedError) Unwrap() error { return e.err }
+
+func refused(err error) error { return &refusedError{err: err} }
+
+// exitCode maps a command's error to the process exit code.
+func exitCode(err error) int {
+	var r *refusedError
+	switch {
+	case err == nil:
+		return ExitDone
+	case errors.As(err, &r), migrate.IsRefused(err):
+		return ExitRefused
+	default:
+		return ExitError
+	}
+}
+
+// Execute runs widgetctl with args (without the program name) and returns its exit code.
+// SIGINT and SIGTERM cancel ctx, so commands can record where they stopped.
+func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	g := &GlobalOptions{Stdout: stdout, Stderr: stderr}
+	if f, ok := stderr.(*os.File); ok {
+		g.StderrIsTerminal = term.IsTerminal(int(f.Fd()))
+	}
+	root := NewRootCommand(g)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	code := exitCode(err)
+	if err != nil {
+		label := "error"
+		if code == ExitRefused {
+			label = "refused"
+		}
+		// Commands that report in JSON print their own result object; the line on stderr
+		// is for humans either way.
+		fmt.Fprintf(stderr, "%s: %v\n", label, err)
+	}
+	return code
+}
