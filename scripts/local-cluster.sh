@@ -365,8 +365,9 @@ cmd_up() {
 }
 
 # pids_in_cluster prints every process of the cluster: those in its network namespace
-# (control plane, containerd, shims) and those in its cgroups (containers). It leaves out
-# this script and its ancestors (a Go test may have a thread inside the namespace).
+# (control plane, containerd, shims, processes started next to it) and those in its cgroups
+# (containers). It leaves out this script and its ancestors (a Go test may have a thread
+# inside the namespace).
 pids_in_cluster() {
 	local skip=" $$ " p=$$
 	while [[ $p -gt 1 ]]; do
@@ -380,7 +381,6 @@ pids_in_cluster() {
 			[[ -d /sys/fs/cgroup/$c/$NAME ]] || continue
 			find "/sys/fs/cgroup/$c/$NAME" -name cgroup.procs -exec cat {} + 2>/dev/null
 		done
-		for f in "$D"/pids/*.pid; do [[ -e $f ]] && cat "$f"; done
 	} | sort -un | while read -r pid; do
 		[[ -d /proc/$pid && $skip != *" $pid "* ]] && echo "$pid"
 	done
@@ -390,17 +390,20 @@ pids_in_cluster() {
 cmd_down() {
 	[[ $(id -u) == 0 ]] || die "must run as root"
 	local pids i
-	# kubelet first so it restarts nothing, then everything else.
+	# The state is thrown away, so nothing needs a graceful stop: SIGKILL kubelet first so it
+	# restarts nothing, then every process of the cluster until none is left (a container's
+	# processes are found through the cgroups even after its shim is gone).
+	local n pid
 	for n in kubelet kube-proxy; do
-		[[ -e $D/pids/$n.pid ]] && kill "$(cat "$D/pids/$n.pid")" 2>/dev/null || true
+		pid=$(cat "$D/pids/$n.pid" 2>/dev/null) || continue
+		# only if that pid is still ours (not reused after a crash)
+		tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$D/" && kill -9 "$pid" 2>/dev/null || true
 	done
-	pids=$(pids_in_cluster)
-	[[ -z $pids ]] || kill $pids 2>/dev/null || true
 	for ((i = 0; i < 50; i++)); do
 		pids=$(pids_in_cluster)
 		[[ -n $pids ]] || break
-		((i < 15)) || kill -9 $pids 2>/dev/null || true
-		sleep 0.2
+		kill -9 $pids 2>/dev/null || true
+		sleep 0.1
 	done
 	[[ -z $(pids_in_cluster) ]] || die "processes left: $(pids_in_cluster | tr '\n' ' ')"
 	for ((i = 0; i < 20; i++)); do

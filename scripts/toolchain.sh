@@ -34,6 +34,7 @@ require_version helm4 helm.sh/helm/v4 "$HELM4_VERSION"
 require_version devtools sigs.k8s.io/controller-tools "$CONTROLLER_TOOLS_VERSION"
 require_version cert-manager github.com/cert-manager/cert-manager "$CERT_MANAGER_VERSION"
 require_version mkimage github.com/google/go-containerregistry "$GO_CONTAINERREGISTRY_VERSION"
+require_version prometheus github.com/prometheus/prometheus "$PROMETHEUS_VERSION"
 if grep -E '^[[:space:]]*k8s\.io/[a-z-]+ => k8s\.io/' "$tools/kube/go.mod" | grep -vq " $KUBE_STAGING_VERSION\$"; then
 	echo "scripts/tools/kube/go.mod replaces a staging module with a version other than $KUBE_STAGING_VERSION" >&2
 	exit 1
@@ -61,20 +62,21 @@ build() {
 	local src
 	src=$(cd "$tools/$dir" && find . -name '*.go' -print0 | sort -z | xargs -0r sha256sum | sha256sum | cut -c1-16)
 	[[ -z $(find "$tools/$dir" -name '*.go' -print -quit) ]] || stamp+="|$CERT_MANAGER_VERSION|$src"
+	[[ -z ${BUILD_TAGS:-} ]] || stamp+="|tags=$BUILD_TAGS"
 	if [[ -x "$bin/$name" && "$(cat "$bin/.stamps/$name" 2>/dev/null)" == "$stamp" ]]; then
 		say "$name: up to date"
 		return
 	fi
 	local start=$SECONDS
 	say "$name: building $pkg ..."
-	(cd "$tools/$dir" && go build -trimpath -ldflags "$ldflags" -o "$bin/$name.tmp" "$pkg")
+	(cd "$tools/$dir" && go build -trimpath ${BUILD_TAGS:+-tags "$BUILD_TAGS"} -ldflags "$ldflags" -o "$bin/$name.tmp" "$pkg")
 	mv "$bin/$name.tmp" "$bin/$name"
 	echo "$stamp" >"$bin/.stamps/$name"
 	say "$name: built in $((SECONDS - start))s"
 }
 
 all=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy helm3 helm4 controller-gen
-	mkimage pause sample-server cert-manager)
+	mkimage pause sample-server cert-manager prometheus)
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=("${all[@]}")
 
@@ -104,6 +106,12 @@ for n in "${want[@]}"; do
 		mkdir -p "$bin/cert-manager-crds"
 		cp "$crds"/*.yaml "$bin/cert-manager-crds/"
 		chmod 644 "$bin/cert-manager-crds"/*.yaml
+		;;
+	# Debian's prometheus is built without kubernetes_sd_configs; this one has only that
+	# service discovery (the module's remove_all_sd/enable_kubernetes_sd tags) and no web UI.
+	prometheus)
+		BUILD_TAGS=remove_all_sd,enable_kubernetes_sd build prometheus prometheus github.com/prometheus/prometheus/cmd/prometheus \
+			"-s -w -X github.com/prometheus/common/version.Version=$PROMETHEUS_RELEASE -X github.com/prometheus/common/version.Branch=HEAD"
 		;;
 	*) echo "unknown tool $n; known: ${all[*]}" >&2; exit 2 ;;
 	esac
