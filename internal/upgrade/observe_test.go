@@ -81,6 +81,13 @@ func TestPlanOneStageAtATime(t *testing.T) {
 	if steps, err := Plan(unserve, cfg, crd.StageUnserve, false); err != nil || len(steps) != 0 {
 		t.Errorf("at the target already: %+v %v", steps, err)
 	}
+	migrated := ObserveCRD(widgetAt(t, crd.StageMigrate, "v1"), cfg)
+	if steps, err := Plan(migrated, cfg, crd.StageAddVersion, false); err != nil || len(steps) != 2 {
+		t.Errorf("migrate -> add-version is one change of flags (helm rollback from flip-storage after the migration): %+v %v", steps, err)
+	}
+	if _, err := Plan(initial, cfg, crd.StageMigrate, false); !IsRefusal(err) {
+		t.Errorf("initial -> migrate changes the flags twice: %v", err)
+	}
 	missing := &Observation{CRD: cfg.CRD}
 	if steps, err := Plan(missing, cfg, crd.StageMigrate, false); err != nil || len(steps) != 1 {
 		t.Errorf("no CRD: any stage may be installed: %+v %v", steps, err)

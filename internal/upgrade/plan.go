@@ -60,7 +60,7 @@ func stageIndex(s crd.Stage) int { return slices.Index(crd.Stages, s) }
 // than one stage is refused unless allowJump, and then planned step by step with every check.
 func Plan(o *Observation, cfg Config, target crd.Stage, allowJump bool) ([]Step, error) {
 	if _, err := crd.ParseStage(string(target)); err != nil {
-		return nil, &Refusal{Message: err.Error()}
+		return nil, &Refusal{Message: err.Error(), Next: "stay at " + o.StageLabel() + " and name one of the five stages (" + cfg.RunbookDir + "/README.md)"}
 	}
 	if !o.Exists {
 		return []Step{{To: target, Change: fmt.Sprintf("install the CRD at stage %s: nothing is stored yet, any stage may be installed", target), Checks: []Check{}}}, nil
@@ -77,16 +77,30 @@ func Plan(o *Observation, cfg Config, target crd.Stage, allowJump bool) ([]Step,
 	if to < from {
 		dir = -1
 	}
-	if abs(to-from) > 1 && !allowJump {
+	var steps []Step
+	changes := 0
+	for i := from; i != to; i += dir {
+		s := step(cfg, crd.Stages[i], crd.Stages[i+dir])
+		if !sameFlags(s.From, s.To) {
+			changes++
+		}
+		steps = append(steps, s)
+	}
+	// flip-storage and migrate render the same flags, so moving across that pair and one
+	// more stage is still a single change of the CRD (for example a helm rollback from
+	// flip-storage to add-version when the migration had already run).
+	if changes > 1 && !allowJump {
 		next := crd.Stages[from+dir]
 		return nil, &Refusal{Message: fmt.Sprintf("stage %s to %s skips %d stage(s); the API moves one stage at a time", o.Stage, target, abs(to-from)-1),
 			Next: fmt.Sprintf("%s (%s)", next, cfg.Runbook(next))}
 	}
-	var steps []Step
-	for i := from; i != to; i += dir {
-		steps = append(steps, step(cfg, crd.Stages[i], crd.Stages[i+dir]))
-	}
 	return steps, nil
+}
+
+// sameFlags reports whether two adjacent stages render the same CRD flags.
+func sameFlags(a, b crd.Stage) bool {
+	pair := func(s crd.Stage) bool { return s == crd.StageFlipStorage || s == crd.StageMigrate }
+	return pair(a) && pair(b)
 }
 
 func abs(n int) int {

@@ -1,0 +1,442 @@
+package upgrade_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/metadata"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/widgetry/widget-operator/api/v1"
+	"github.com/widgetry/widget-operator/api/v1alpha1"
+	"github.com/widgetry/widget-operator/internal/conversion"
+	"github.com/widgetry/widget-operator/internal/conversion/conversiontest"
+	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/migrate"
+	"github.com/widgetry/widget-operator/internal/testenv"
+	"github.com/widgetry/widget-operator/internal/testenv/testcerts"
+	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
+	"github.com/widgetry/widget-operator/internal/upgrade"
+	"github.com/widgetry/widget-operator/internal/webhook"
+)
+
+const ns = "walk"
+
+// rig is an apiserver with the Widget CRD converting through a webhook the test can take down.
+type rig struct {
+	t    *testing.T
+	env  *testenv.Env
+	cfg  upgrade.Config
+	cl   upgrade.Clients
+	down atomic.Bool
+	url  string
+	ca   *testcerts.CA
+	// want is the last written state of every Widget, as the hub sees it.
+	mu   sync.Mutex
+	want map[string]v1.WidgetSpec
+}
+
+func newRig(t *testing.T) *rig {
+	r := &rig{t: t, cfg: upgrade.WidgetConfig(), want: map[string]v1.WidgetSpec{}}
+	handler := &webhook.ConversionHandler{}
+	r.url, r.ca = testcerts.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if r.down.Load() {
+			http.Error(w, "down for the test", http.StatusServiceUnavailable)
+			return
+		}
+		handler.ServeHTTP(w, req)
+	}))
+	c := crd.WithWebhookConversion(crd.Widget(), apiextensionsv1.WebhookClientConfig{URL: ptr.To(r.url + "/convert"), CABundle: r.ca.PEM})
+	if err := crd.ApplyStageFlags(c, crd.StageInitial); err != nil {
+		t.Fatal(err)
+	}
+	r.env = testenv.Start(t, testenv.Options{Scheme: widgetenv.Scheme(), CRDs: []*apiextensionsv1.CustomResourceDefinition{c}})
+	r.cl = upgrade.Clients{Client: r.env.Client, Metadata: metadata.NewForConfigOrDie(r.env.Config), DryRunNamespace: ns}
+	for _, n := range []string{ns, "widget-system"} {
+		if err := r.env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r
+}
+
+func (r *rig) observe() *upgrade.Observation {
+	r.t.Helper()
+	o, err := upgrade.Observe(context.Background(), r.env.Client, r.cfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return o
+}
+
+// step moves to target as the chart's hooks would: plan, preflight, apply, then the
+// migration at migrate. It returns the refusal, if any.
+func (r *rig) step(target crd.Stage) error {
+	r.t.Helper()
+	ctx := context.Background()
+	o := r.observe()
+	steps, err := upgrade.Plan(o, r.cfg, target, false)
+	if err != nil {
+		return err
+	}
+	if _, err := upgrade.Preflight(ctx, r.cl, r.cfg, o, steps); err != nil {
+		return err
+	}
+	for _, s := range steps {
+		if err := upgrade.Apply(ctx, r.env.Client, r.cfg, o, s); err != nil {
+			return err
+		}
+	}
+	r.settle(target)
+	if target == crd.StageMigrate && !o.RolledBack {
+		r.migrate("")
+	}
+	return nil
+}
+
+// settle waits until the apiserver serves what the CRD now says (it rebuilds the CRD's
+// handlers asynchronously): reads through each served version work and writes land in the
+// storage version.
+func (r *rig) settle(stage crd.Stage) {
+	r.t.Helper()
+	storage := "v1alpha1"
+	if stage == crd.StageFlipStorage || stage == crd.StageMigrate || stage == crd.StageUnserve {
+		storage = "v1"
+	}
+	if stage == crd.StageFlipStorage || stage == crd.StageAddVersion { // the steps that move the storage version
+		widgetenv.WaitForStorageVersion(r.t, r.env, storage, ns)
+	}
+	for _, v := range r.served(stage) {
+		testenv.Eventually(r.t, 30*time.Second, "list through "+v, func() error {
+			return r.env.Client.List(context.Background(), listOf(v), client.InNamespace(ns), client.Limit(1))
+		})
+	}
+}
+
+func (r *rig) migrate(to string) {
+	r.t.Helper()
+	m, err := migrate.New(r.env.Config)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	res, err := m.Migrate(context.Background(), migrate.Options{CRD: crd.WidgetName, To: to, Backend: migrate.BackendClient, ProgressNamespace: "widget-system"})
+	if err != nil {
+		r.t.Fatalf("migrate: %v", err)
+	}
+	r.t.Logf("migrated %d objects to %s in %s", res.Counts.Migrated, res.StorageVersion, res.Duration.Round(time.Millisecond))
+}
+
+func (r *rig) served(stage crd.Stage) []string {
+	switch stage {
+	case crd.StageInitial:
+		return []string{"v1alpha1"}
+	case crd.StageUnserve:
+		return []string{"v1"}
+	}
+	return []string{"v1alpha1", "v1"}
+}
+
+func listOf(version string) client.ObjectList {
+	if version == "v1" {
+		return &v1.WidgetList{}
+	}
+	return &v1alpha1.WidgetList{}
+}
+
+func objects() int {
+	if n, err := strconv.Atoi(os.Getenv("WIDGET_WALK_OBJECTS")); err == nil && n > 0 {
+		return n
+	}
+	return 1000
+}
+
+// write creates (first time) or updates every Widget, alternating the served versions; v1
+// writes set the fields only v1 has (paused, fractional timeouts, endpoint maps).
+func (r *rig) write(stage crd.Stage, round int) {
+	r.t.Helper()
+	served := r.served(stage)
+	n := objects()
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range 8 {
+		wg.Go(func() {
+			for i := range work {
+				if err := r.writeOne(served[i%len(served)], i, round); err != nil {
+					errs <- fmt.Errorf("%s widget %d through %s: %w", stage, i, served[i%len(served)], err)
+				}
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *rig) writeOne(version string, i, round int) error {
+	ctx := context.Background()
+	name := fmt.Sprintf("w-%05d", i)
+	size := int32(round*10 + i%7)
+	image := fmt.Sprintf("registry.example.com/w:r%d", round)
+	for attempt := 0; ; attempt++ {
+		var err error
+		r.mu.Lock()
+		want, exists := r.want[name]
+		r.mu.Unlock()
+		if version == "v1alpha1" {
+			obj := &v1alpha1.Widget{}
+			if exists {
+				if err = r.env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj); err != nil {
+					return err
+				}
+			} else {
+				obj.Namespace, obj.Name = ns, name
+				obj.Spec.TimeoutSeconds = ptr.To(int32(i%300 + 1))
+				obj.Spec.Endpoints = []v1alpha1.Endpoint{{Name: "http", Port: 8080}}
+			}
+			obj.Spec.Image, obj.Spec.Replicas = image, &size
+			if exists {
+				err = r.env.Client.Update(ctx, obj)
+			} else {
+				err = r.env.Client.Create(ctx, obj)
+			}
+			if err == nil {
+				hub := &v1.Widget{}
+				if err := conversion.ConvertWidgetToHub(ctx, obj, hub); err != nil {
+					return err
+				}
+				want = hub.Spec
+			}
+		} else {
+			obj := &v1.Widget{}
+			if err = r.env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj); err != nil {
+				return err
+			}
+			obj.Spec.Image, obj.Spec.Size = image, &size
+			obj.Spec.Paused = round%2 == 1
+			obj.Spec.Timeout = ptr.To(fmt.Sprintf("%d.%ds", i%50+1, round%10))
+			obj.Spec.Endpoints = map[string]v1.EndpointSpec{"http": {Port: 8080}, fmt.Sprintf("r%d", round): {Port: int32(9000 + round)}}
+			if err = r.env.Client.Update(ctx, obj); err == nil {
+				want = obj.Spec
+			}
+		}
+		if err == nil {
+			r.mu.Lock()
+			r.want[name] = want
+			r.mu.Unlock()
+			return nil
+		}
+		if !strings.Contains(err.Error(), "the object has been modified") || attempt > 5 {
+			return err
+		}
+	}
+}
+
+// verify reads every Widget through every served version and compares it with what was
+// last written: 0 lost or changed fields.
+func (r *rig) verify(stage crd.Stage) {
+	r.t.Helper()
+	ctx := context.Background()
+	for _, version := range r.served(stage) {
+		list := listOf(version)
+		if err := r.env.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+			r.t.Fatalf("%s: list through %s: %v", stage, version, err)
+		}
+		got := map[string]v1.WidgetSpec{}
+		switch l := list.(type) {
+		case *v1.WidgetList:
+			for _, w := range l.Items {
+				got[w.Name] = w.Spec
+			}
+		case *v1alpha1.WidgetList:
+			for i := range l.Items {
+				hub := &v1.Widget{}
+				if err := conversion.ConvertWidgetToHub(ctx, &l.Items[i], hub); err != nil {
+					r.t.Fatal(err)
+				}
+				got[l.Items[i].Name] = hub.Spec
+			}
+		}
+		if len(got) != len(r.want) {
+			r.t.Fatalf("%s: %d Widgets through %s, want %d", stage, len(got), version, len(r.want))
+		}
+		for name, want := range r.want {
+			if d := conversiontest.Diff(want, got[name]); d != "" {
+				r.t.Fatalf("%s: %s read through %s differs from what was last written %s", stage, name, version, d)
+			}
+		}
+	}
+}
+
+// TestFullWalkAndRollback: initial -> add-version -> flip-storage -> migrate -> unserve and
+// every one-step rollback back to initial (the last after a reverse migration), writing every
+// Widget at every stage through every served version and reading each back through every
+// served version after every step.
+func TestFullWalkAndRollback(t *testing.T) {
+	r := newRig(t)
+	round := 0
+	r.write(crd.StageInitial, round)
+	r.verify(crd.StageInitial)
+	forward := []crd.Stage{crd.StageAddVersion, crd.StageFlipStorage, crd.StageMigrate, crd.StageUnserve}
+	for _, target := range forward {
+		if err := r.step(target); err != nil {
+			t.Fatalf("-> %s: %v", target, err)
+		}
+		r.verify(target)
+		round++
+		r.write(target, round)
+		r.verify(target)
+		if target == crd.StageMigrate {
+			if o := r.observe(); len(o.StoredVersions) != 1 || o.StoredVersions[0] != "v1" {
+				t.Fatalf("after migrate storedVersions %v, want [v1]", o.StoredVersions)
+			}
+			for key, apiVersion := range widgetenv.StoredAPIVersions(t, r.env) {
+				if apiVersion != "widgetry.io/v1" {
+					t.Fatalf("etcd holds %s as %s after the migration", key, apiVersion)
+				}
+			}
+		}
+		if got := r.observe().Stage; got != target {
+			t.Fatalf("observed stage %s after stepping to %s", got, target)
+		}
+	}
+	for _, target := range []crd.Stage{crd.StageMigrate, crd.StageFlipStorage, crd.StageAddVersion} {
+		if err := r.step(target); err != nil {
+			t.Fatalf("rollback -> %s: %v", target, err)
+		}
+		r.verify(target)
+		round++
+		r.write(target, round)
+		r.verify(target)
+	}
+	// add-version -> initial needs v1 gone from storedVersions: refused, then done after the
+	// reverse migration.
+	if o := r.observe(); !o.RolledBack {
+		t.Fatalf("after the rollback to add-version the CRD should show v1 stored: %v", o.StoredVersions)
+	}
+	err := r.step(crd.StageInitial)
+	if !upgrade.IsRefusal(err) || !strings.Contains(err.Error(), "widgetctl migrate --crd widgets.widgetry.io --to v1alpha1") {
+		t.Fatalf("rollback to initial without the reverse migration: %v", err)
+	}
+	r.migrate("v1alpha1")
+	if err := r.step(crd.StageInitial); err != nil {
+		t.Fatalf("rollback -> initial after the reverse migration: %v", err)
+	}
+	r.verify(crd.StageInitial)
+	round++
+	r.write(crd.StageInitial, round)
+	r.verify(crd.StageInitial)
+}
+
+// TestRefusals: each refused step leaves the CRD untouched and names the next safe step.
+func TestRefusals(t *testing.T) {
+	r := newRig(t)
+	r.write(crd.StageInitial, 0)
+	unchanged := func(t *testing.T, before *upgrade.Observation) {
+		t.Helper()
+		after := r.observe()
+		if after.ResourceVersion != before.ResourceVersion {
+			t.Errorf("the refused step changed the CRD (resourceVersion %s -> %s)", before.ResourceVersion, after.ResourceVersion)
+		}
+	}
+	expect := func(t *testing.T, err error, want ...string) {
+		t.Helper()
+		if !upgrade.IsRefusal(err) {
+			t.Fatalf("want a refusal, got %v", err)
+		}
+		for _, w := range append(want, "next safe step") {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("refusal %q does not mention %q", err, w)
+			}
+		}
+	}
+
+	t.Run("skip initial -> flip-storage", func(t *testing.T) {
+		before := r.observe()
+		expect(t, r.step(crd.StageFlipStorage), "skips 1 stage", "add-version (runbooks/upgrade/add-version.md)")
+		unchanged(t, before)
+	})
+	t.Run("an unknown stage", func(t *testing.T) {
+		before := r.observe()
+		expect(t, r.step("final"), `unknown stage "final"`)
+		unchanged(t, before)
+	})
+	t.Run("add-version with the webhook down", func(t *testing.T) {
+		r.down.Store(true)
+		defer r.down.Store(false)
+		before := r.observe()
+		expect(t, r.step(crd.StageAddVersion), "conversion-webhook-probe", "HTTP 503")
+		unchanged(t, before)
+	})
+	if err := r.step(crd.StageAddVersion); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("flip-storage with a certificate the apiserver does not trust", func(t *testing.T) {
+		live := &apiextensionsv1.CustomResourceDefinition{}
+		if err := r.env.Client.Get(context.Background(), client.ObjectKey{Name: crd.WidgetName}, live); err != nil {
+			t.Fatal(err)
+		}
+		live.Spec.Conversion.Webhook.ClientConfig.CABundle = testcerts.NewCA(t, "another-ca").PEM
+		if err := r.env.Client.Update(context.Background(), live); err != nil {
+			t.Fatal(err)
+		}
+		before := r.observe()
+		expect(t, r.step(crd.StageFlipStorage), "certificate")
+		unchanged(t, before)
+		live.Spec.Conversion.Webhook.ClientConfig.CABundle = r.ca.PEM
+		if err := r.env.Client.Update(context.Background(), live); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err := r.step(crd.StageFlipStorage); err != nil {
+		t.Fatal(err)
+	}
+	r.write(crd.StageFlipStorage, 1)
+	t.Run("unserve with v1alpha1 still stored", func(t *testing.T) {
+		before := r.observe()
+		o := r.observe()
+		steps, err := upgrade.Plan(o, r.cfg, crd.StageUnserve, true) // even when a jump is allowed
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = upgrade.Preflight(context.Background(), r.cl, r.cfg, o, steps)
+		expect(t, err, "stored-versions-only-new", "widgetctl migrate --crd widgets.widgetry.io")
+		unchanged(t, before)
+	})
+	t.Run("drop v1alpha1 from spec.versions while stored", func(t *testing.T) {
+		live := &apiextensionsv1.CustomResourceDefinition{}
+		if err := r.env.Client.Get(context.Background(), client.ObjectKey{Name: crd.WidgetName}, live); err != nil {
+			t.Fatal(err)
+		}
+		before := r.observe()
+		live.Spec.Versions = []apiextensionsv1.CustomResourceDefinitionVersion{*crd.Version(live, "v1")}
+		expect(t, upgrade.CheckVersionsKept(live), "removing version v1alpha1", "the apiserver would reject")
+		unchanged(t, before)
+	})
+	if err := r.step(crd.StageAddVersion); err != nil { // rollback: v1 objects stay stored
+		t.Fatal(err)
+	}
+	t.Run("rollback add-version -> initial without the reverse migration", func(t *testing.T) {
+		before := r.observe()
+		expect(t, r.step(crd.StageInitial), "nothing-stored-as-new", "widgetctl migrate --crd widgets.widgetry.io --to v1alpha1", "runbooks/upgrade/add-version.md")
+		unchanged(t, before)
+	})
+}
