@@ -52,7 +52,6 @@ func main() {
 		opts.TLSMinVersion = tls.VersionTLS13
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-	opts.ExtraCollectors = extraCollectors()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

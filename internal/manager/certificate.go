@@ -3,7 +3,6 @@ package manager
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
@@ -67,25 +66,6 @@ func (s *servingCertificate) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Ce
 		return nil, fmt.Errorf("no serving certificate loaded yet from %s", s.certPath)
 	}
 	return w.GetCertificate(hello)
-}
-
-// Leaf returns the certificate being served, or nil.
-func (s *servingCertificate) Leaf() *x509.Certificate {
-	c, err := s.GetCertificate(nil)
-	if err != nil || c == nil {
-		return nil
-	}
-	if c.Leaf != nil {
-		return c.Leaf
-	}
-	if len(c.Certificate) == 0 {
-		return nil
-	}
-	leaf, err := x509.ParseCertificate(c.Certificate[0])
-	if err != nil {
-		return nil
-	}
-	return leaf
 }
 
 // Check is a readiness check: a certificate is loaded.

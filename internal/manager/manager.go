@@ -43,6 +43,9 @@ import (
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/controller"
 	"github.com/widgetry/widget-operator/internal/crd"
+	widgetmetrics "github.com/widgetry/widget-operator/internal/metrics"
+	"github.com/widgetry/widget-operator/internal/migrate"
+	"github.com/widgetry/widget-operator/internal/version"
 	"github.com/widgetry/widget-operator/internal/webhook"
 )
 
@@ -87,15 +90,6 @@ type Options struct {
 	DrainDelay time.Duration
 	// GracefulShutdownTimeout bounds each manager's shutdown.
 	GracefulShutdownTimeout time.Duration
-
-	// ExtraCollectors are registered on the metrics registry (CRD, migration, build info).
-	ExtraCollectors []func(reader client.Reader, leaf func() CertificateLeaf) error
-}
-
-// CertificateLeaf is the serving certificate's expiry, for metrics.
-type CertificateLeaf struct {
-	NotAfter time.Time
-	Loaded   bool
 }
 
 // DefaultOptions are the defaults cmd/widget-manager's flags start from.
@@ -186,15 +180,20 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	webhookServer.Register(webhook.ConvertPath, &webhook.ConversionHandler{MaxBodyBytes: opts.MaxConversionBodyBytes, Metrics: convMetrics})
 	webhookServer.Register(webhook.MutatePath, &crwebhook.Admission{Handler: webhook.Defaulter{}})
 	webhookServer.Register(webhook.ValidatePath, &crwebhook.Admission{Handler: webhook.Validator{}})
-	for _, add := range opts.ExtraCollectors {
-		if err := add(webhookMgr.GetAPIReader(), func() CertificateLeaf {
-			if leaf := cert.Leaf(); leaf != nil {
-				return CertificateLeaf{NotAfter: leaf.NotAfter, Loaded: true}
-			}
-			return CertificateLeaf{}
-		}); err != nil {
-			return fmt.Errorf("register metrics collector: %w", err)
-		}
+	// The CRD and migration collectors read at scrape time through the API reader: a GET of
+	// one CRD and a LIST of the progress ConfigMaps in the manager's namespace per scrape,
+	// cheaper than caching ConfigMaps for this alone.
+	if err := widgetmetrics.Register(metrics.Registry, widgetmetrics.Options{
+		Version:     version.Version,
+		CRDReader:   webhookMgr.GetAPIReader(),
+		CRDNames:    []string{crd.WidgetName},
+		Certificate: widgetmetrics.LeafCertificate(cert.GetCertificate),
+		Log:         log.WithName("metrics"),
+	}); err != nil {
+		return err
+	}
+	if err := metrics.Registry.Register(migrate.NewProgressCollector(webhookMgr.GetAPIReader(), opts.Namespace).WithLogger(log.WithName("migration-metrics"))); err != nil {
+		return fmt.Errorf("register migration metrics: %w", err)
 	}
 	if err := webhookMgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err

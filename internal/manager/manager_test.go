@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -314,6 +316,7 @@ func TestSecureEndpoints(t *testing.T) {
 
 	metricsURL := "https://127.0.0.1:" + strconv.Itoa(m.MetricsPort) + "/metrics"
 	insecure := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed metrics certificate
+	var body []byte
 	get := func(token string) int {
 		req, _ := http.NewRequest(http.MethodGet, metricsURL, nil)
 		if token != "" {
@@ -323,7 +326,8 @@ func TestSecureEndpoints(t *testing.T) {
 		if err != nil {
 			t.Fatalf("GET /metrics: %v", err)
 		}
-		resp.Body.Close()
+		defer resp.Body.Close()
+		body, _ = io.ReadAll(resp.Body)
 		return resp.StatusCode
 	}
 	if code := get(""); code != http.StatusUnauthorized && code != http.StatusForbidden {
@@ -364,4 +368,13 @@ func TestSecureEndpoints(t *testing.T) {
 		}
 		return nil
 	})
+	for _, metric := range []string{
+		`widget_build_info{`, `widget_crd_version_info{crd="widgets.widgetry.io",served="true",storage="true",version="v1alpha1"} 1`,
+		`widget_crd_stored_versions{crd="widgets.widgetry.io",version="v1alpha1"} 1`, `widget_webhook_certificate_expiry_timestamp_seconds`,
+		`controller_runtime_reconcile_total{controller="widget"`, `leader_election_master_status{name="widget-operator.widgetry.io"} 1`,
+	} {
+		if !strings.Contains(string(body), metric) {
+			t.Errorf("/metrics lacks %s", metric)
+		}
+	}
 }
