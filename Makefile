@@ -18,10 +18,11 @@ tools: ## Build the pinned toolchain into bin/ (about 25 minutes cold on 2 cores
 	scripts/toolchain.sh
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code and the CRD from the API types.
+generate: ## Regenerate deepcopy code and the CRD from api/, the dashboards, alert rules and the chart's rule template.
 	scripts/toolchain.sh controller-gen
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=internal/crd/bases
+	go run ./internal/monitoring/gen
 
 .PHONY: fmt
 fmt: ## gofmt the tree.
@@ -79,7 +80,7 @@ verify: generate ## Fail if generated files or go mod tidy would change the tree
 	go mod tidy
 	for m in $(dir $(TOOL_MODULES)); do (cd $$m && go mod tidy); done
 	@git diff --exit-code -- . || { echo "make verify: the tree changed; run 'make generate' and 'go mod tidy' and commit"; exit 1; }
-	@test -z "$$(git status --porcelain --untracked-files=all -- api internal go.mod go.sum scripts)" || { git status --porcelain; echo "make verify: untracked generated files"; exit 1; }
+	@test -z "$$(git status --porcelain --untracked-files=all -- api internal go.mod go.sum scripts dashboards charts runbooks)" || { git status --porcelain; echo "make verify: untracked generated files"; exit 1; }
 
 .PHONY: demo
 demo: tools ## Build what is missing and run the demo on a local control plane.
