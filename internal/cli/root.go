@@ -18,10 +18,12 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/widgetry/widget-operator/internal/migrate"
 )
@@ -53,7 +55,11 @@ type GlobalOptions struct {
 // Subcommands are the constructors of widgetctl's commands, in help order. A new command is a
 // file in this package with a constructor appended here.
 var Subcommands = []func(*GlobalOptions) *cobra.Command{
+	NewUpgradeCommand,
 	NewMigrateCommand,
+	NewVerifyCommand,
+	NewCleanupFinalizersCommand,
+	NewSelftestCommand,
 }
 
 // NewRootCommand builds widgetctl's root command with every command of Subcommands.
@@ -143,6 +149,10 @@ func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	g := &GlobalOptions{Stdout: stdout, Stderr: stderr}
+	// The commands use controller-runtime's client, which logs through its global logger;
+	// left unset, it prints a warning with a stack trace after 30 seconds. Its messages are
+	// debug-level; the commands report what matters themselves.
+	ctrllog.SetLogger(logr.Discard())
 	if f, ok := stderr.(*os.File); ok {
 		g.StderrIsTerminal = term.IsTerminal(int(f.Fd()))
 	}

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/api/v1alpha1"
@@ -256,3 +257,10 @@ func progressObject(t testing.TB, env *testenv.Env) migrate.Progress {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestMain silences controller-runtime's global logger, which the migrator's client uses:
+// left unset, it prints a warning with a stack trace after 30 seconds.
+func TestMain(m *testing.M) {
+	ctrllog.SetLogger(logr.Discard())
+	os.Exit(m.Run())
+}

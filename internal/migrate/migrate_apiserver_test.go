@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/widgetry/widget-operator/internal/conversion/conversiontest"
 
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/migrate"
@@ -126,6 +129,33 @@ widget_migration_objects_total{crd="widgets.widgetry.io",result="not_found"} 0
 		assertSameViews(t, before, readViews(t, env, "fleet"))
 		if got := storedVersions(t, env); !slices.Equal(got, []string{"v1"}) {
 			t.Errorf("storedVersions %v, want [v1]", got)
+		}
+	})
+	t.Run("drop the managedFields entries of v1alpha1", func(t *testing.T) {
+		withEntries := func() (n int) {
+			for _, w := range readViews(t, env, "fleet").hub {
+				if slices.ContainsFunc(w.ManagedFields, func(e metav1.ManagedFieldsEntry) bool { return e.APIVersion == "widgetry.io/v1alpha1" }) {
+					n++
+				}
+			}
+			return n
+		}
+		want := withEntries()
+		if want == 0 {
+			t.Fatal("no object has managedFields entries of v1alpha1 to drop")
+		}
+		counts, err := m.DropManagedFields(ctx, crd.WidgetName, "v1alpha1")
+		if err != nil || counts.Migrated != int64(want) {
+			t.Fatalf("dropped from %d objects (%+v, %v), want %d", counts.Migrated, counts, err, want)
+		}
+		if left := withEntries(); left != 0 {
+			t.Errorf("%d objects still have managedFields entries of v1alpha1", left)
+		}
+		after := readViews(t, env, "fleet")
+		for name, w := range before.hub {
+			if d := conversiontest.Diff(w.Spec, after.hub[name].Spec); d != "" {
+				t.Fatalf("%s: spec changed %s", name, d)
+			}
 		}
 	})
 }
