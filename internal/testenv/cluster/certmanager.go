@@ -15,9 +15,12 @@ const CertManagerHealthAddr = "127.0.0.1:9403"
 // cert-manager's webhook, which cannot run here) and starts bin/cert-manager, the launcher of
 // its real controllers and cainjector (scripts/tools/cert-manager), next to the cluster. It
 // returns once the launcher reports ready; the launcher stops before the cluster goes down
-// and logs to Dir/logs/cert-manager.log.
+// and logs to Dir/logs/cert-manager.log. On a cluster where it already runs it does nothing.
 func (c *Cluster) StartCertManager(tb testing.TB) {
 	tb.Helper()
+	if _, ok := c.startedNextTo("cert-manager"); ok {
+		return
+	}
 	launcher := filepath.Join(c.Bin, "cert-manager")
 	crds := filepath.Join(c.Bin, "cert-manager-crds")
 	for _, p := range []string{launcher, crds} {
@@ -36,5 +39,6 @@ func (c *Cluster) StartCertManager(tb testing.TB) {
 	exited := c.startNextTo(tb, "cert-manager", launcher,
 		"--kubeconfig", c.Kubeconfig, "--health-addr", CertManagerHealthAddr, "--cluster-resource-namespace", "cert-manager")
 	c.waitHTTP(tb, "cert-manager", "http://"+CertManagerHealthAddr+"/readyz", 60*time.Second, exited)
+	c.markStarted("cert-manager", true)
 	tb.Logf("cluster: cert-manager controllers and cainjector ready in %s", time.Since(start).Round(100*time.Millisecond))
 }

@@ -65,6 +65,9 @@ type Cluster struct {
 	stopped bool
 	mu      sync.Mutex
 	stops   []func()
+	// started names what runs next to the cluster (cert-manager, prometheus), so that a
+	// shared cluster starts each once.
+	started map[string]any
 }
 
 // Require checks what the cluster needs (root, the Debian packages, the pinned binaries)
@@ -109,12 +112,96 @@ func Require(tb testing.TB) (root, bin string) {
 	return root, bin
 }
 
-// Start brings a cluster up (scripts/local-cluster.sh up) and tears it down when the test
-// ends, also when it fails; a failed test's component logs are kept and their folder is
-// logged. It waits for a cluster already running in another test binary to go first.
+// Start brings a cluster up (scripts/local-cluster.sh up) for one test and tears it down
+// when the test ends, also when it fails; a failed test's component logs are kept and their
+// folder is logged. It waits for a cluster of another test binary to go first. Tests that
+// can share a cluster use Shared instead.
 func Start(tb testing.TB) *Cluster {
 	tb.Helper()
 	root, bin := Require(tb)
+	c, err := up(root, bin, tb.Logf)
+	if c != nil {
+		tb.Cleanup(func() { c.stop(tb, tb.Failed()) })
+	}
+	if err != nil {
+		tb.Fatalf("cluster: %v", err)
+	}
+	return c
+}
+
+var shared struct {
+	sync.Mutex
+	c      *Cluster
+	err    error
+	failed bool
+}
+
+// Shared returns the package's shared cluster, bringing it up on first use. The package's
+// TestMain must call Main, which tears it down after the last test (keeping the logs if a
+// test failed). Tests sharing it clean up what they create (their own namespace is simplest).
+func Shared(tb testing.TB) *Cluster {
+	tb.Helper()
+	root, bin := Require(tb)
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.c == nil && shared.err == nil {
+		shared.c, shared.err = up(root, bin, tb.Logf)
+	}
+	if shared.err != nil {
+		tb.Fatalf("cluster: %v", shared.err)
+	}
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			shared.Lock()
+			shared.failed = true
+			shared.Unlock()
+		}
+	})
+	return shared.c
+}
+
+// Main runs the package's tests and then tears the shared cluster down, if one was started.
+// Use it as: func TestMain(m *testing.M) { os.Exit(cluster.Main(m)) }
+func Main(m *testing.M) int {
+	code := m.Run()
+	shared.Lock()
+	defer shared.Unlock()
+	if c := shared.c; c != nil {
+		r := &stderrReporter{}
+		c.stop(r, code != 0 || shared.failed)
+		if r.failed && code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+// reporter is what stopping a cluster reports to: a test, or stderr after the last test.
+type reporter interface {
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+}
+
+type stderrReporter struct{ failed bool }
+
+func (r *stderrReporter) Logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, format+"\n", args...)
+}
+func (r *stderrReporter) Errorf(format string, args ...any) {
+	r.failed = true
+	fmt.Fprintf(os.Stderr, format+"\n", args...)
+}
+
+// up takes the machine-wide lock, runs scripts/local-cluster.sh up and builds the clients.
+// A non-nil Cluster is returned whenever something needs stopping, also with an error.
+func up(root, bin string, logf func(string, ...any)) (*Cluster, error) {
+	// The machine-wide flock would wait forever for a cluster of this same process.
+	running.Lock()
+	defer running.Unlock()
+	if running.c != nil && !running.c.isStopped() {
+		return nil, errors.New("a cluster of this test binary is still up (one at a time: a package " +
+			"uses either Shared for all its tests or Start in each)")
+	}
 	c := &Cluster{
 		Root:       root,
 		Bin:        bin,
@@ -122,34 +209,46 @@ func Start(tb testing.TB) *Cluster {
 		NetNS:      "/run/netns/" + Name,
 		Kubeconfig: filepath.Join(clusterDir(), "admin.kubeconfig"),
 	}
-	lock, err := acquireLock(tb, 15*time.Minute)
+	lock, err := acquireLock(logf, 15*time.Minute)
 	if err != nil {
-		tb.Fatalf("cluster: %v", err)
+		return nil, err
 	}
 	c.lock = lock
-	tb.Cleanup(func() { c.stop(tb, tb.Failed()) })
 
 	start := time.Now()
 	if out, err := c.script(context.Background(), "up"); err != nil {
-		tb.Fatalf("cluster: scripts/local-cluster.sh up: %v\n%s", err, out)
+		return c, fmt.Errorf("scripts/local-cluster.sh up: %v\n%s", err, out)
 	}
-	tb.Logf("cluster: up in %s (state in %s)", time.Since(start).Round(100*time.Millisecond), c.Dir)
+	logf("cluster: up in %s (state in %s)", time.Since(start).Round(100*time.Millisecond), c.Dir)
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
 	if err != nil {
-		tb.Fatalf("cluster: loading %s: %v", c.Kubeconfig, err)
+		return c, fmt.Errorf("loading %s: %w", c.Kubeconfig, err)
 	}
 	cfg.Dial = c.DialContext
 	cfg.QPS, cfg.Burst = 50, 100
 	c.Config = cfg
 	if c.Client, err = kubernetes.NewForConfig(cfg); err != nil {
-		tb.Fatalf("cluster: clientset: %v", err)
+		return c, fmt.Errorf("clientset: %w", err)
 	}
 	c.HTTPClient = &http.Client{
 		Timeout:   10 * time.Second,
 		Transport: &http.Transport{DialContext: c.DialContext, DisableKeepAlives: true},
 	}
-	return c
+	running.c = c
+	return c, nil
+}
+
+// running is this process's cluster, if one is up.
+var running struct {
+	sync.Mutex
+	c *Cluster
+}
+
+func (c *Cluster) isStopped() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopped
 }
 
 // Stop tears the cluster down now and fails the test if anything of it is left behind (a
@@ -163,8 +262,7 @@ func (c *Cluster) Stop(tb testing.TB) {
 	}
 }
 
-func (c *Cluster) stop(tb testing.TB, keepLogs bool) {
-	tb.Helper()
+func (c *Cluster) stop(tb reporter, keepLogs bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stopped {
@@ -325,7 +423,7 @@ func clusterDir() string {
 }
 
 // acquireLock takes the machine-wide cluster lock, waiting up to timeout.
-func acquireLock(tb testing.TB, timeout time.Duration) (*os.File, error) {
+func acquireLock(logf func(string, ...any), timeout time.Duration) (*os.File, error) {
 	f, err := os.OpenFile(lockFile, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", lockFile, err)
@@ -346,7 +444,7 @@ func acquireLock(tb testing.TB, timeout time.Duration) (*os.File, error) {
 			return nil, fmt.Errorf("another end-to-end cluster held %s for %s", lockFile, timeout)
 		}
 		if !logged {
-			tb.Logf("cluster: waiting for another test binary's cluster to go down (%s)", lockFile)
+			logf("cluster: waiting for another test binary's cluster to go down (%s)", lockFile)
 			logged = true
 		}
 		time.Sleep(time.Second)

@@ -58,9 +58,13 @@ const podScrapeConfig = `
 // StartPrometheus starts bin/prometheus inside the cluster's network namespace,
 // scraping every 2 s the pods found through kubernetes_sd_configs (see podScrapeConfig) and
 // any extra scrape_configs entries given as YAML list items. It stops before the cluster
-// goes down and logs to Dir/logs/prometheus.log.
+// goes down and logs to Dir/logs/prometheus.log. On a cluster where it already runs it
+// returns that one (the extra scrape configs of the first call stay).
 func (c *Cluster) StartPrometheus(tb testing.TB, extraScrapeConfigs ...string) *Prometheus {
 	tb.Helper()
+	if p, ok := c.startedNextTo("prometheus"); ok {
+		return p.(*Prometheus)
+	}
 	// Debian's prometheus package is built without kubernetes_sd_configs, so the toolchain
 	// builds Prometheus from its Go module with only that discovery.
 	bin := filepath.Join(c.Bin, "prometheus")
@@ -90,6 +94,7 @@ func (c *Cluster) StartPrometheus(tb testing.TB, extraScrapeConfigs ...string) *
 	)
 	p := &Prometheus{URL: "http://" + PrometheusAddr, c: c}
 	c.waitHTTP(tb, "prometheus", p.URL+"/-/ready", 60*time.Second, exited)
+	c.markStarted("prometheus", p)
 	tb.Logf("cluster: prometheus ready in %s", time.Since(start).Round(100*time.Millisecond))
 	return p
 }
