@@ -44,6 +44,7 @@ const updatesAnnotation = "test.widgetry.io/updates"
 // objects through both versions. The rerun resumes (not restarts) and finishes; every object
 // is re-encoded, none lost or duplicated, each counted exactly once, and no update is lost.
 func TestCrashAndResume(t *testing.T) {
+	t.Parallel() // each test has its own control plane; they overlap their waits
 	n := envInt(t, "WIDGET_MIGRATE_CRASH_OBJECTS", 2000)
 	kills := envInt(t, "WIDGET_MIGRATE_KILLS", 3)
 	env := startEnv(t, testenv.Options{}, "fleet")

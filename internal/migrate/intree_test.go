@@ -18,6 +18,7 @@ import (
 // and the garbage collector it needs): auto must pick the in-tree StorageVersionMigration, and
 // kube-controller-manager, not the migrator, trims storedVersions.
 func TestInTreeBackend(t *testing.T) {
+	t.Parallel() // each test has its own control plane; they overlap their waits
 	n := envInt(t, "WIDGET_MIGRATE_OBJECTS", 1000)
 	env := startEnv(t, testenv.Options{ControllerManager: true}, "fleet")
 	ctx := context.Background()
