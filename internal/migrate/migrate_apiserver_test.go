@@ -164,8 +164,9 @@ widget_migration_objects_total{crd="widgets.widgetry.io",result="not_found"} 0
 // TestTrimAbortsWhenStorageChangesMidRun: another writer changes the CRD's storage while the
 // migration runs; the trim refuses with a clear message and leaves storedVersions alone.
 func TestTrimAbortsWhenStorageChangesMidRun(t *testing.T) {
-	t.Parallel()                                       // each test has its own control plane; they overlap their waits
-	n := envInt(t, "WIDGET_MIGRATE_OBJECTS", 1000) / 2 // enough for a flip in the middle
+	t.Parallel() // each test has its own control plane; they overlap their waits
+	// Half the objects are enough for a flip in the middle of the run.
+	n := envInt(t, "WIDGET_MIGRATE_OBJECTS", 1000) / 2
 	env := startEnv(t, testenv.Options{}, "fleet")
 	ctx := context.Background()
 	createWidgets(t, env, "fleet", n)
