@@ -1,12 +1,18 @@
 package upgrade
 
 import (
+	"context"
 	"fmt"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	v1 "github.com/widgetry/widget-operator/api/v1"
+	"github.com/widgetry/widget-operator/api/v1alpha1"
+	"github.com/widgetry/widget-operator/internal/conversion"
 	"github.com/widgetry/widget-operator/internal/crd"
 )
 
@@ -31,6 +37,9 @@ type Config struct {
 	// OwnerResources are the resources whose owner references must not name Old before it
 	// stops being served: the garbage collector cannot resolve an unserved version.
 	OwnerResources []schema.GroupVersionResource
+	// CompareVersions checks that one object read through several versions (keyed by
+	// version) holds the same data; nil compares nothing beyond identity.
+	CompareVersions func(objs map[string]*unstructured.Unstructured) error
 	// RunbookDir is where the upgrade runbook pages are, "runbooks/upgrade".
 	RunbookDir string
 }
@@ -68,6 +77,38 @@ func WidgetConfig() Config {
 			{Group: "apps", Version: "v1", Resource: "deployments"},
 			{Version: "v1", Resource: "services"},
 		},
-		RunbookDir: "runbooks/upgrade",
+		CompareVersions: compareWidgetVersions,
+		RunbookDir:      "runbooks/upgrade",
 	}
+}
+
+// compareWidgetVersions checks that a Widget read through v1alpha1 converts to exactly what
+// v1 returned, and back to exactly what v1alpha1 returned.
+func compareWidgetVersions(objs map[string]*unstructured.Unstructured) error {
+	alphaU, hubU := objs["v1alpha1"], objs["v1"]
+	if alphaU == nil || hubU == nil {
+		return nil
+	}
+	alpha, hub := &v1alpha1.Widget{}, &v1.Widget{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(alphaU.Object, alpha); err != nil {
+		return fmt.Errorf("decode v1alpha1: %w", err)
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(hubU.Object, hub); err != nil {
+		return fmt.Errorf("decode v1: %w", err)
+	}
+	converted := &v1.Widget{}
+	if err := conversion.ConvertWidgetToHub(context.Background(), alpha.DeepCopy(), converted); err != nil {
+		return err
+	}
+	if !equality.Semantic.DeepEqual(converted.Spec, hub.Spec) || !equality.Semantic.DeepEqual(converted.Status, hub.Status) {
+		return fmt.Errorf("v1alpha1 read converts to spec %+v, but v1 reads %+v", converted.Spec, hub.Spec)
+	}
+	back := &v1alpha1.Widget{}
+	if err := conversion.ConvertWidgetFromHub(context.Background(), hub, back); err != nil {
+		return err
+	}
+	if !equality.Semantic.DeepEqual(back.Spec, alpha.Spec) || back.Annotations[conversion.DataAnnotation] != alpha.Annotations[conversion.DataAnnotation] {
+		return fmt.Errorf("v1 read converts back to %+v, but v1alpha1 reads %+v", back.Spec, alpha.Spec)
+	}
+	return nil
 }

@@ -3,12 +3,10 @@ package upgrade_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,7 +27,6 @@ import (
 	"github.com/widgetry/widget-operator/internal/testenv/testcerts"
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 	"github.com/widgetry/widget-operator/internal/upgrade"
-	"github.com/widgetry/widget-operator/internal/webhook"
 )
 
 const ns = "walk"
@@ -40,9 +37,7 @@ type rig struct {
 	env  *testenv.Env
 	cfg  upgrade.Config
 	cl   upgrade.Clients
-	down atomic.Bool
-	url  string
-	ca   *testcerts.CA
+	hook *widgetenv.Webhook
 	// want is the last written state of every Widget, as the hub sees it.
 	mu   sync.Mutex
 	want map[string]v1.WidgetSpec
@@ -50,19 +45,7 @@ type rig struct {
 
 func newRig(t *testing.T) *rig {
 	r := &rig{t: t, cfg: upgrade.WidgetConfig(), want: map[string]v1.WidgetSpec{}}
-	handler := &webhook.ConversionHandler{}
-	r.url, r.ca = testcerts.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if r.down.Load() {
-			http.Error(w, "down for the test", http.StatusServiceUnavailable)
-			return
-		}
-		handler.ServeHTTP(w, req)
-	}))
-	c := crd.WithWebhookConversion(crd.Widget(), apiextensionsv1.WebhookClientConfig{URL: ptr.To(r.url + "/convert"), CABundle: r.ca.PEM})
-	if err := crd.ApplyStageFlags(c, crd.StageInitial); err != nil {
-		t.Fatal(err)
-	}
-	r.env = testenv.Start(t, testenv.Options{Scheme: widgetenv.Scheme(), CRDs: []*apiextensionsv1.CustomResourceDefinition{c}})
+	r.env, r.hook = widgetenv.StartAtStage(t, crd.StageInitial, testenv.Options{})
 	r.cl = upgrade.Clients{Client: r.env.Client, Metadata: metadata.NewForConfigOrDie(r.env.Config), DryRunNamespace: ns}
 	for _, n := range []string{ns, "widget-system"} {
 		if err := r.env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
@@ -380,8 +363,8 @@ func TestRefusals(t *testing.T) {
 		unchanged(t, before)
 	})
 	t.Run("add-version with the webhook down", func(t *testing.T) {
-		r.down.Store(true)
-		defer r.down.Store(false)
+		r.hook.Down.Store(true)
+		defer r.hook.Down.Store(false)
 		before := r.observe()
 		expect(t, r.step(crd.StageAddVersion), "conversion-webhook-probe", "HTTP 503")
 		unchanged(t, before)
@@ -401,7 +384,7 @@ func TestRefusals(t *testing.T) {
 		before := r.observe()
 		expect(t, r.step(crd.StageFlipStorage), "certificate")
 		unchanged(t, before)
-		live.Spec.Conversion.Webhook.ClientConfig.CABundle = r.ca.PEM
+		live.Spec.Conversion.Webhook.ClientConfig.CABundle = r.hook.CA.PEM
 		if err := r.env.Client.Update(context.Background(), live); err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,149 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/widgetry/widget-operator/api/v1"
+	"github.com/widgetry/widget-operator/api/v1alpha1"
+	"github.com/widgetry/widget-operator/internal/cli"
+	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/testenv"
+	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
+)
+
+// TestUpgradeCommands walks the Widget CRD from initial to unserve with `widgetctl upgrade
+// apply` (an installation without Helm), checking status, plan, preflight, verify, selftest
+// and cleanup-finalizers on the way, and the exit codes of refusals.
+func TestUpgradeCommands(t *testing.T) {
+	env, hook := widgetenv.StartAtStage(t, crd.StageInitial, testenv.Options{})
+	ctx := context.Background()
+	for _, ns := range []string{"widget-system", "fleet"} {
+		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 50 {
+		w := &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "fleet", Name: fmt.Sprintf("w-%02d", i), Finalizers: []string{"widgetry.io/catalog-cleanup"}},
+			Spec: v1alpha1.WidgetSpec{Image: "srv:1", Replicas: ptr.To(int32(i % 3)), TimeoutSeconds: ptr.To(int32(i + 1))}}
+		if err := env.Client.Create(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect := func(code int, args ...string) (string, string) {
+		t.Helper()
+		got, stdout, stderr := run(t, env, args...)
+		if got != code {
+			t.Fatalf("widgetctl %s: exit %d, want %d\n%s%s", strings.Join(args, " "), got, code, stdout, stderr)
+		}
+		return stdout, stderr
+	}
+	stage := func() map[string]any {
+		t.Helper()
+		out, _ := expect(cli.ExitDone, "upgrade", "status", "-o", "json")
+		var status map[string]any
+		if err := json.Unmarshal([]byte(out), &status); err != nil {
+			t.Fatalf("status -o json: %v\n%s", err, out)
+		}
+		return status
+	}
+
+	out, _ := expect(cli.ExitDone, "upgrade", "status")
+	for _, want := range []string{"Stage", "initial", "storedVersions  [v1alpha1]", "Objects         50", "Next            add-version"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	_, errOut := expect(cli.ExitRefused, "upgrade", "plan", "--to", "flip-storage")
+	if !strings.Contains(errOut, "next safe step: add-version (runbooks/upgrade/add-version.md)") {
+		t.Errorf("skipping a stage: %s", errOut)
+	}
+	expect(cli.ExitRefused, "upgrade", "preflight", "--to", "final")
+	expect(cli.ExitRefused, "upgrade", "plan")
+
+	hook.Down.Store(true)
+	_, errOut = expect(cli.ExitRefused, "upgrade", "preflight", "--to", "add-version")
+	if !strings.Contains(errOut, "conversion-webhook-probe") {
+		t.Errorf("preflight with the webhook down: %s", errOut)
+	}
+	hook.Down.Store(false)
+	out, _ = expect(cli.ExitDone, "upgrade", "preflight", "--to", "add-version")
+	if !strings.Contains(out, "conversion-webhook-probe") || !strings.Contains(out, "ok") {
+		t.Errorf("preflight output: %s", out)
+	}
+
+	for _, target := range []crd.Stage{crd.StageAddVersion, crd.StageFlipStorage} {
+		expect(cli.ExitDone, "upgrade", "apply", "--to", string(target))
+		testenv.Eventually(t, 30*time.Second, "stage "+string(target), func() error {
+			if got := stage()["stage"]; got != string(target) {
+				return fmt.Errorf("stage %v", got)
+			}
+			return nil
+		})
+	}
+	// Writes through v1 after the flip, so v1 is stored too.
+	testenv.Eventually(t, 30*time.Second, "write through v1", func() error {
+		w := &v1.Widget{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "fleet", Name: "w-00"}, w); err != nil {
+			return err
+		}
+		w.Spec.Paused, w.Spec.Timeout = true, ptr.To("1.5s")
+		return env.Client.Update(ctx, w)
+	})
+	widgetenv.WaitForStorageVersion(t, env, "v1", "fleet")
+	expect(cli.ExitDone, "upgrade", "apply", "--to", "migrate", "--progress-namespace", "widget-system")
+	if s := stage(); s["stage"] != "migrate" || fmt.Sprint(s["storedVersions"]) != "[v1]" {
+		t.Fatalf("after apply --to migrate: stage %v storedVersions %v", s["stage"], s["storedVersions"])
+	}
+	out, _ = expect(cli.ExitDone, "verify")
+	if !strings.Contains(out, "ok: every object reads the same through") {
+		t.Errorf("verify: %s", out)
+	}
+	out, _ = expect(cli.ExitDone, "selftest", "--namespace", "fleet")
+	if !strings.Contains(out, "selftest ok") {
+		t.Errorf("selftest: %s", out)
+	}
+	expect(cli.ExitDone, "upgrade", "apply", "--to", "unserve")
+	if s := stage(); s["stage"] != "unserve" {
+		t.Fatalf("stage %v after apply --to unserve", s["stage"])
+	}
+
+	// A Helm-managed CRD is Helm's to change.
+	live := &apiextensionsv1.CustomResourceDefinition{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: crd.WidgetName}, live); err != nil {
+		t.Fatal(err)
+	}
+	live.Labels = map[string]string{"app.kubernetes.io/managed-by": "Helm"}
+	live.Annotations = map[string]string{"meta.helm.sh/release-name": "widget-operator"}
+	if err := env.Client.Update(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut = expect(cli.ExitRefused, "upgrade", "apply", "--to", "migrate")
+	if !strings.Contains(errOut, "helm upgrade widget-operator <chart> --reuse-values --set apiUpgrade.stage=migrate") {
+		t.Errorf("apply on a Helm-managed CRD: %s", errOut)
+	}
+
+	out, _ = expect(cli.ExitDone, "cleanup-finalizers")
+	if !strings.Contains(out, "removed widgetry.io/catalog-cleanup from 50 object(s)") {
+		t.Errorf("cleanup-finalizers: %s", out)
+	}
+	list := &v1.WidgetList{}
+	if err := env.Client.List(ctx, list, client.InNamespace("fleet")); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range list.Items {
+		if len(w.Finalizers) != 0 {
+			t.Fatalf("%s still has finalizers %v", w.Name, w.Finalizers)
+		}
+	}
+}
