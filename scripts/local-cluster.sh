@@ -11,6 +11,10 @@
 #   kubectl ARGS...    kubectl against the cluster, run inside the namespace
 #   exec CMD ARGS...   any command inside the namespace with KUBECONFIG set (helm, curl, ...)
 #   import TAR...      import image tarballs (docker or OCI archives) into the node's containerd
+#   cert-manager       install cert-manager's CRDs and run its controllers and cainjector
+#                      (bin/cert-manager) next to the cluster; health on 127.0.0.1:9403
+#   prometheus [EXTRA] run bin/prometheus next to the cluster on 127.0.0.1:9090, scraping
+#                      annotated pods found by kubernetes_sd_configs (+ scrape_configs in EXTRA)
 #   logs               list the component logs
 #
 # Environment: CLUSTER_DIR (state, default /tmp/widget-cluster), CLUSTER_NAME (namespace and
@@ -468,6 +472,88 @@ cmd_import() {
 	done
 }
 
+# http_ok PATH PORT: whether 127.0.0.1:PORT inside the namespace answers PATH with 200
+# (bash's /dev/tcp: no curl needed).
+http_ok() {
+	in_ns bash -c 'exec 3<>/dev/tcp/127.0.0.1/'"$2"' && printf "GET '"$1"' HTTP/1.0\r\nHost: localhost\r\n\r\n" >&3 && head -1 <&3 | grep -q " 200 "' 2>/dev/null
+}
+
+# start_next_to NAME CMD ARGS...: a process inside the namespace, next to the cluster
+# (down stops it with the rest), logging to $D/logs/NAME.log.
+start_next_to() {
+	local name=$1
+	shift
+	nsenter --net="$NETNS" setsid "$@" >>"$D/logs/$name.log" 2>&1 </dev/null &
+	echo $! >"$D/pids/$name.pid"
+}
+
+# cert-manager: its CRDs (without its webhook, which cannot run here) and bin/cert-manager,
+# the launcher of its real controllers and cainjector, health on 127.0.0.1:9403.
+cmd_cert_manager() {
+	[[ -e $NETNS ]] || die "the cluster is not up"
+	[[ -x $BIN/cert-manager && -d $BIN/cert-manager-crds ]] || die "$BIN/cert-manager missing: run scripts/toolchain.sh cert-manager"
+	if http_ok /readyz 9403; then
+		say "cert-manager already running"
+		return
+	fi
+	local kc=("$BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN")
+	# Server-side: the Certificate CRD is too large for client-side apply's annotation.
+	in_ns "${kc[@]}" apply --server-side --force-conflicts -f "$BIN/cert-manager-crds" >>"$D/logs/cert-manager.log"
+	in_ns "${kc[@]}" wait --for=condition=Established --timeout=60s crd/certificates.cert-manager.io \
+		crd/certificaterequests.cert-manager.io crd/issuers.cert-manager.io crd/clusterissuers.cert-manager.io >/dev/null
+	in_ns "${kc[@]}" get namespace cert-manager >/dev/null 2>&1 || in_ns "${kc[@]}" create namespace cert-manager >/dev/null
+	start_next_to cert-manager "$BIN/cert-manager" --kubeconfig "$KUBECONFIG_ADMIN" \
+		--health-addr 127.0.0.1:9403 --cluster-resource-namespace cert-manager
+	wait_for cert-manager 60 http_ok /readyz 9403
+	say "cert-manager controllers and cainjector running (log: $D/logs/cert-manager.log)"
+}
+
+# prometheus [EXTRA.yml]: bin/prometheus on 127.0.0.1:9090, scraping every 2s the pods
+# annotated prometheus.io/scrape: "true" (port prometheus.io/port, path prometheus.io/path)
+# found through kubernetes_sd_configs, plus the scrape_configs list items in EXTRA.yml.
+cmd_prometheus() {
+	[[ -e $NETNS ]] || die "the cluster is not up"
+	[[ -x $BIN/prometheus ]] || die "$BIN/prometheus missing: run scripts/toolchain.sh prometheus"
+	if http_ok /-/ready 9090; then
+		say "prometheus already running"
+		return
+	fi
+	mkdir -p "$D/prometheus"
+	cat >"$D/prometheus/prometheus.yml" <<EOF
+global: {scrape_interval: 2s, scrape_timeout: 1s, evaluation_interval: 2s}
+scrape_configs:
+- job_name: pods
+  kubernetes_sd_configs:
+  - role: pod
+    kubeconfig_file: $KUBECONFIG_ADMIN
+  relabel_configs:
+  - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_scrape]
+    action: keep
+    regex: "true"
+  - source_labels: [__meta_kubernetes_pod_phase]
+    action: drop
+    regex: Pending|Succeeded|Failed
+  - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_path]
+    action: replace
+    regex: (.+)
+    target_label: __metrics_path__
+  - source_labels: [__address__, __meta_kubernetes_pod_annotation_prometheus_io_port]
+    action: replace
+    regex: ([^:]+)(?::\d+)?;(\d+)
+    replacement: \$1:\$2
+    target_label: __address__
+  - source_labels: [__meta_kubernetes_namespace]
+    target_label: namespace
+  - source_labels: [__meta_kubernetes_pod_name]
+    target_label: pod
+EOF
+	[[ -z ${1:-} ]] || cat "$1" >>"$D/prometheus/prometheus.yml"
+	start_next_to prometheus "$BIN/prometheus" --config.file="$D/prometheus/prometheus.yml" \
+		--storage.tsdb.path="$D/prometheus/data" --web.listen-address=127.0.0.1:9090 --web.enable-lifecycle
+	wait_for prometheus 60 http_ok /-/ready 9090
+	say "prometheus on 127.0.0.1:9090 inside the namespace (log: $D/logs/prometheus.log)"
+}
+
 case ${1:-} in
 up) cmd_up ;;
 down) shift; cmd_down "$@" ;;
@@ -477,6 +563,8 @@ kubectl) shift; exec nsenter --net="$NETNS" "$BIN/kubectl" --kubeconfig "$KUBECO
 exec) shift; KUBECONFIG=$KUBECONFIG_ADMIN exec nsenter --net="$NETNS" "$@" ;;
 import) shift; cmd_import "$@" ;;
 logs) ls -l "$D/logs" ;;
+cert-manager) cmd_cert_manager ;;
+prometheus) shift; cmd_prometheus "$@" ;;
 _inside) inside ;;
-*) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+*) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

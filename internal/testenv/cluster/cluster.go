@@ -64,7 +64,6 @@ type Cluster struct {
 	lock    *os.File
 	stopped bool
 	mu      sync.Mutex
-	stops   []func()
 	// started names what runs next to the cluster (cert-manager, prometheus), so that a
 	// shared cluster starts each once.
 	started map[string]any
@@ -269,9 +268,6 @@ func (c *Cluster) stop(tb reporter, keepLogs bool) {
 		return
 	}
 	c.stopped = true
-	for i := len(c.stops) - 1; i >= 0; i-- {
-		c.stops[i]()
-	}
 	if keepLogs {
 		if kept, err := c.keepLogs(); err != nil {
 			tb.Logf("cluster: keeping the logs: %v", err)
@@ -311,13 +307,6 @@ func (c *Cluster) keepLogs() (string, error) {
 		}
 	}
 	return dest, nil
-}
-
-// onStop registers f to run before the cluster goes down (processes started next to it).
-func (c *Cluster) onStop(f func()) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.stops = append(c.stops, f)
 }
 
 // Command returns a command that runs inside the cluster's network namespace with

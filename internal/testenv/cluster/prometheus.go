@@ -25,75 +25,41 @@ type Prometheus struct {
 	c   *Cluster
 }
 
-// podScrapeConfig scrapes every pod annotated prometheus.io/scrape: "true" on the port in
-// prometheus.io/port (path prometheus.io/path, default /metrics), found through the
-// cluster's kubeconfig.
-const podScrapeConfig = `
-- job_name: pods
-  kubernetes_sd_configs:
-  - role: pod
-    kubeconfig_file: %[1]s
-  relabel_configs:
-  - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_scrape]
-    action: keep
-    regex: "true"
-  - source_labels: [__meta_kubernetes_pod_phase]
-    action: drop
-    regex: Pending|Succeeded|Failed
-  - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_path]
-    action: replace
-    regex: (.+)
-    target_label: __metrics_path__
-  - source_labels: [__address__, __meta_kubernetes_pod_annotation_prometheus_io_port]
-    action: replace
-    regex: ([^:]+)(?::\d+)?;(\d+)
-    replacement: $1:$2
-    target_label: __address__
-  - source_labels: [__meta_kubernetes_namespace]
-    target_label: namespace
-  - source_labels: [__meta_kubernetes_pod_name]
-    target_label: pod
-`
-
-// StartPrometheus starts bin/prometheus inside the cluster's network namespace,
-// scraping every 2 s the pods found through kubernetes_sd_configs (see podScrapeConfig) and
-// any extra scrape_configs entries given as YAML list items. It stops before the cluster
-// goes down and logs to Dir/logs/prometheus.log. On a cluster where it already runs it
-// returns that one (the extra scrape configs of the first call stay).
+// StartPrometheus starts bin/prometheus next to the cluster (scripts/local-cluster.sh
+// prometheus), scraping every 2 s the pods annotated prometheus.io/scrape: "true" (port
+// prometheus.io/port, path prometheus.io/path) found through kubernetes_sd_configs with the
+// cluster's kubeconfig, and any extra scrape_configs entries given as YAML list items. It goes
+// down with the cluster and logs to Dir/logs/prometheus.log. On a cluster where it already
+// runs it returns that one (the extra scrape configs of the first call stay).
+//
+// Debian's prometheus package is built without kubernetes_sd_configs, so the toolchain
+// builds Prometheus from its Go module with only that discovery.
 func (c *Cluster) StartPrometheus(tb testing.TB, extraScrapeConfigs ...string) *Prometheus {
 	tb.Helper()
 	if p, ok := c.startedNextTo("prometheus"); ok {
 		return p.(*Prometheus)
 	}
-	// Debian's prometheus package is built without kubernetes_sd_configs, so the toolchain
-	// builds Prometheus from its Go module with only that discovery.
-	bin := filepath.Join(c.Bin, "prometheus")
-	if _, err := os.Stat(bin); err != nil {
-		msg := "cluster: " + bin + " missing: run scripts/toolchain.sh prometheus (make tools)"
+	if _, err := os.Stat(filepath.Join(c.Bin, "prometheus")); err != nil {
+		msg := "cluster: " + filepath.Join(c.Bin, "prometheus") + " missing: run scripts/toolchain.sh prometheus (make tools)"
 		if os.Getenv("CI") != "" {
 			tb.Fatal(msg)
 		}
 		tb.Skip(msg)
 	}
-	dir := filepath.Join(c.Dir, "prometheus")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	cfg := "global: {scrape_interval: 2s, scrape_timeout: 1s, evaluation_interval: 2s}\nscrape_configs:" +
-		fmt.Sprintf(podScrapeConfig, c.Kubeconfig) + strings.Join(extraScrapeConfigs, "\n")
-	cfgFile := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
-		tb.Fatal(err)
+	args := []string{"prometheus"}
+	if len(extraScrapeConfigs) > 0 {
+		extra := filepath.Join(tb.TempDir(), "extra-scrape-configs.yml")
+		if err := os.WriteFile(extra, []byte(strings.Join(extraScrapeConfigs, "\n")+"\n"), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+		args = append(args, extra)
 	}
 	start := time.Now()
-	exited := c.startNextTo(tb, "prometheus", bin,
-		"--config.file="+cfgFile,
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+PrometheusAddr,
-		"--web.enable-lifecycle",
-	)
+	if out, err := c.script(context.Background(), args...); err != nil {
+		tb.Fatalf("cluster: scripts/local-cluster.sh prometheus: %v\n%s\n(log: %s)", err, out,
+			filepath.Join(c.Dir, "logs", "prometheus.log"))
+	}
 	p := &Prometheus{URL: "http://" + PrometheusAddr, c: c}
-	c.waitHTTP(tb, "prometheus", p.URL+"/-/ready", 60*time.Second, exited)
 	c.markStarted("prometheus", p)
 	tb.Logf("cluster: prometheus ready in %s", time.Since(start).Round(100*time.Millisecond))
 	return p
