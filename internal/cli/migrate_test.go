@@ -56,6 +56,8 @@ func TestMigrateCommand(t *testing.T) {
 		{"unknown CRD", []string{"migrate", "--crd", "nothing.example.com"}, cli.ExitRefused, "refused: CRD nothing.example.com does not exist"},
 		{"--to a version that is not the storage version", []string{"migrate", "--crd", "widgets.widgetry.io", "--to", "v1"}, cli.ExitRefused,
 			"refused: CRD widgets.widgetry.io stores v1alpha1, not v1: make v1 the storage version first (kubectl patch crd widgets.widgetry.io --type=json -p"},
+		{"--to a version the CRD does not have", []string{"migrate", "--crd", "widgets.widgetry.io", "--to", "v9"}, cli.ExitRefused,
+			"refused: CRD widgets.widgetry.io has no version v9 (it has v1, v1alpha1): check --to"},
 		{"bad backend", []string{"migrate", "--crd", "widgets.widgetry.io", "--backend", "magic"}, cli.ExitRefused, `unknown backend "magic"`},
 		{"bad output", []string{"migrate", "--crd", "widgets.widgetry.io", "-o", "yaml"}, cli.ExitRefused, `--output "yaml": use text or json`},
 	} {

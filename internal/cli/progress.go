@@ -63,7 +63,7 @@ func rate(s migrate.Status) float64 {
 	if s.Elapsed <= 0 {
 		return 0
 	}
-	return float64(s.Counts.Done()) / s.Elapsed.Seconds()
+	return float64(s.DoneThisRun) / s.Elapsed.Seconds()
 }
 
 // bar renders e.g. "[#########.....................]  312/1000  31%  280 obj/s  conflicts 0  not found 0  errors 0  ETA 2s".

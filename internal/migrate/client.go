@@ -252,7 +252,7 @@ func (cr *clientRun) snapshot() Status {
 	base := cr.baseCounts
 	base.add(c)
 	return Status{CRD: cr.opts.CRD, StorageVersion: cr.t.storage, Backend: BackendClient, Counts: base,
-		Total: max(cr.total.Load(), base.Done()), Elapsed: time.Since(cr.start), Resumed: cr.resumed}
+		Total: max(cr.total.Load(), base.Done()), Elapsed: time.Since(cr.start), DoneThisRun: c.Done(), Resumed: cr.resumed}
 }
 
 // reportPeriodically calls OnProgress until the returned function is called.

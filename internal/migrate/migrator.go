@@ -107,9 +107,11 @@ type Status struct {
 	Total int64
 	// Elapsed is the time since this run (not the first attempt) started; Counts include the
 	// objects of earlier attempts when Resumed.
-	Elapsed  time.Duration
-	Resumed  bool
-	Finished bool
+	Elapsed time.Duration
+	// DoneThisRun counts the objects this run did (for its rate).
+	DoneThisRun int64
+	Resumed     bool
+	Finished    bool
 }
 
 // Result summarises a finished migration.
@@ -298,6 +300,13 @@ func (m *Migrator) readTarget(ctx context.Context, opts Options) (*target, error
 	if storage == "" {
 		return nil, refusef("CRD %s marks no version as storage: fix spec.versions", opts.CRD)
 	}
+	if opts.To != "" && !slices.ContainsFunc(c.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool { return v.Name == opts.To }) {
+		var names []string
+		for _, v := range c.Spec.Versions {
+			names = append(names, v.Name)
+		}
+		return nil, refusef("CRD %s has no version %s (it has %s): check --to", opts.CRD, opts.To, strings.Join(names, ", "))
+	}
 	if opts.To != "" && opts.To != storage {
 		return nil, refusef("CRD %s stores %s, not %s: make %s the storage version first (%s), then rerun",
 			opts.CRD, storage, opts.To, opts.To, storagePatchHint(c, opts.To))
@@ -442,7 +451,7 @@ func (r *run) report(res *Result, finished bool) {
 		return
 	}
 	r.opts.OnProgress(Status{CRD: res.CRD, StorageVersion: res.StorageVersion, Backend: res.Backend, Counts: res.Counts,
-		Total: res.Total, Elapsed: res.Duration, Resumed: res.Resumed, Finished: finished})
+		Total: res.Total, Elapsed: res.Duration, DoneThisRun: r.doneThisRun(), Resumed: res.Resumed, Finished: finished})
 }
 
 // errStopped is the cause of a run stopped because of too many errors.
