@@ -26,6 +26,15 @@ func TestClusterRunsAChart(t *testing.T) {
 	c := cluster.Start(t)
 	ctx := context.Background()
 
+	// kube-controller-manager --allocate-node-cidrs gave the node the CNI's pod range.
+	node, err := c.Client.CoreV1().Nodes().Get(ctx, cluster.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node.Spec.PodCIDR != "10.244.0.0/24" {
+		t.Errorf("node %s podCIDR = %q, want 10.244.0.0/24", node.Name, node.Spec.PodCIDR)
+	}
+
 	image := c.ImportSampleServer(t)
 	start := time.Now()
 	c.Helm(t, "install", "sample", "internal/testenv/cluster/testdata/sample-chart",
