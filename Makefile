@@ -18,11 +18,12 @@ tools: ## Build the pinned toolchain into bin/ (about 25 minutes cold on 2 cores
 	scripts/toolchain.sh
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code and the CRD from api/, the dashboards, alert rules and the chart's rule template.
+generate: ## Regenerate deepcopy code and the CRD from api/, the dashboards, alert rules and the chart's generated files.
 	scripts/toolchain.sh controller-gen
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=internal/crd/bases
 	go run ./internal/monitoring/gen
+	go run ./internal/chart/gen
 
 .PHONY: fmt
 fmt: ## gofmt the tree.

@@ -35,6 +35,7 @@ require_version devtools sigs.k8s.io/controller-tools "$CONTROLLER_TOOLS_VERSION
 require_version cert-manager github.com/cert-manager/cert-manager "$CERT_MANAGER_VERSION"
 require_version mkimage github.com/google/go-containerregistry "$GO_CONTAINERREGISTRY_VERSION"
 require_version prometheus github.com/prometheus/prometheus "$PROMETHEUS_VERSION"
+require_version kubeconform github.com/yannh/kubeconform "$KUBECONFORM_VERSION"
 if grep -E '^[[:space:]]*k8s\.io/[a-z-]+ => k8s\.io/' "$tools/kube/go.mod" | grep -vq " $KUBE_STAGING_VERSION\$"; then
 	echo "scripts/tools/kube/go.mod replaces a staging module with a version other than $KUBE_STAGING_VERSION" >&2
 	exit 1
@@ -75,8 +76,38 @@ build() {
 	say "$name: built in $((SECONDS - start))s"
 }
 
+# module_dir MODULE@VERSION: the module's directory in Go's module cache, downloaded if needed.
+module_dir() {
+	go mod download -json "$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
+}
+
+# chart-testing: `go install ...@v3.14.0` fails (the proxy answers 403 to the module's version
+# list, which go install reads for deprecations), but `go mod download` of the exact version
+# works, so it is built as the main module from a writable copy of its module directory, with
+# its etc/ (lintconf.yaml, chart_schema.yaml) copied to bin/ct-etc.
+build_ct() {
+	local stamp="$CHART_TESTING_VERSION|-s -w"
+	if [[ -x "$bin/ct" && "$(cat "$bin/.stamps/ct" 2>/dev/null)" == "$stamp" ]]; then
+		say "ct: up to date"
+		return
+	fi
+	local start=$SECONDS src="$bin/.src/chart-testing"
+	say "ct: building github.com/helm/chart-testing/v3@$CHART_TESTING_VERSION from a writable copy ..."
+	rm -rf "$src"
+	mkdir -p "$src"
+	cp -r "$(module_dir "github.com/helm/chart-testing/v3@$CHART_TESTING_VERSION")/." "$src/"
+	chmod -R u+w "$src"
+	(cd "$src" && go build -trimpath -ldflags "-s -w -X github.com/helm/chart-testing/v3/ct/cmd.Version=$CHART_TESTING_VERSION" -o "$bin/ct.tmp" ./ct)
+	mv "$bin/ct.tmp" "$bin/ct"
+	rm -rf "$bin/ct-etc"
+	cp -r "$src/etc" "$bin/ct-etc"
+	rm -rf "$src"
+	echo "$stamp" >"$bin/.stamps/ct"
+	say "ct: built in $((SECONDS - start))s"
+}
+
 all=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy helm3 helm4 controller-gen
-	mkimage pause sample-server cert-manager prometheus)
+	mkimage pause sample-server cert-manager prometheus ct kubeconform)
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=("${all[@]}")
 
@@ -112,6 +143,24 @@ for n in "${want[@]}"; do
 	prometheus)
 		BUILD_TAGS=remove_all_sd,enable_kubernetes_sd build prometheus prometheus github.com/prometheus/prometheus/cmd/prometheus \
 			"-s -w -X github.com/prometheus/common/version.Version=$PROMETHEUS_RELEASE -X github.com/prometheus/common/version.Branch=HEAD"
+		;;
+	ct) build_ct ;;
+	# kubeconform and its schemas (bin/kubeconform-schemas/<group>/<kind>_<version>.json),
+	# generated offline by scripts/tools/kubeconform/schemas from Kubernetes' swagger.json and
+	# the CRDs of cert-manager and prometheus-operator (ServiceMonitor, PrometheusRule).
+	kubeconform)
+		build kubeconform kubeconform github.com/yannh/kubeconform/cmd/kubeconform "-s -w"
+		build kubeconform-schemagen kubeconform ./schemas "-s -w"
+		schemas_stamp="$KUBE_VERSION|$CERT_MANAGER_VERSION|$PROMETHEUS_OPERATOR_VERSION|$(cat "$bin/.stamps/kubeconform-schemagen")"
+		if [[ -d "$bin/kubeconform-schemas" && "$(cat "$bin/.stamps/kubeconform-schemas" 2>/dev/null)" == "$schemas_stamp" ]]; then
+			say "kubeconform schemas: up to date"
+		else
+			swagger=$(cd "$tools/kube" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/api/openapi-spec/swagger.json
+			cm=$(cd "$tools/cert-manager" && go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)/deploy/crds
+			po=$(module_dir "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION")/example/prometheus-operator-crd
+			"$bin/kubeconform-schemagen" -swagger "$swagger" -out "$bin/kubeconform-schemas" "$cm" "$po"
+			echo "$schemas_stamp" >"$bin/.stamps/kubeconform-schemas"
+		fi
 		;;
 	*) echo "unknown tool $n; known: ${all[*]}" >&2; exit 2 ;;
 	esac

@@ -1,0 +1,119 @@
+package chart
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+
+	"github.com/widgetry/widget-operator/internal/crd"
+)
+
+// allParts renders everything the chart can render: stage migrate (migration hook) with
+// monitoring, dashboards and the NetworkPolicy on.
+func allParts(t *testing.T) Objects {
+	t.Helper()
+	return render(t, set("apiUpgrade.stage", string(crd.StageMigrate), "monitoring.serviceMonitor.enabled", true,
+		"monitoring.prometheusRule.enabled", true, "monitoring.dashboards.enabled", true, "networkPolicy.enabled", true), MonitoringAPIs...)
+}
+
+// TestPodSecurityRestricted: every pod the chart creates (manager, hook Jobs, test pod)
+// passes Pod Security "restricted" and has a read-only root filesystem.
+func TestPodSecurityRestricted(t *testing.T) {
+	objs := allParts(t)
+	specs := map[string]corev1.PodSpec{"Deployment": deployment(t, objs).Spec.Template.Spec}
+	for _, u := range objs.Kind("Job") {
+		specs["Job "+u.GetName()] = job(t, objs, u.GetName()).Spec.Template.Spec
+	}
+	pod := &corev1.Pod{}
+	if err := Into(objs.Get("Pod", "widget-operator-selftest"), pod); err != nil {
+		t.Fatal(err)
+	}
+	specs["test Pod"] = pod.Spec
+	if len(specs) != 5 {
+		t.Fatalf("want the Deployment, 3 Jobs and the test pod, got %d", len(specs))
+	}
+	for what, spec := range specs {
+		psc := spec.SecurityContext
+		if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("%s: pod securityContext %+v", what, psc)
+		}
+		if spec.HostNetwork || spec.HostPID || spec.HostIPC {
+			t.Errorf("%s: host namespaces", what)
+		}
+		for _, v := range spec.Volumes {
+			if v.HostPath != nil {
+				t.Errorf("%s: hostPath volume", what)
+			}
+		}
+		for _, c := range append(spec.InitContainers, spec.Containers...) {
+			sc := c.SecurityContext
+			if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil ||
+				!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 ||
+				sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || (sc.Privileged != nil && *sc.Privileged) {
+				t.Errorf("%s container %s: securityContext %+v", what, c.Name, sc)
+			}
+			if c.Resources.Limits.Memory().IsZero() || c.Resources.Requests.Cpu().IsZero() {
+				t.Errorf("%s container %s: no resources", what, c.Name)
+			}
+		}
+	}
+}
+
+// TestRBAC: no wildcards anywhere; the manager may write only what it owns; the hooks' RBAC
+// is created before the hook Jobs in every phase and deleted once they succeeded.
+func TestRBAC(t *testing.T) {
+	objs := allParts(t)
+	for _, kind := range []string{"ClusterRole", "Role"} {
+		for _, u := range objs.Kind(kind) {
+			r := &rbacv1.ClusterRole{}
+			if err := Into(u, r); err != nil {
+				t.Fatal(err)
+			}
+			for _, rule := range r.Rules {
+				for _, l := range [][]string{rule.APIGroups, rule.Resources, rule.Verbs, rule.ResourceNames, rule.NonResourceURLs} {
+					if slices.Contains(l, "*") {
+						t.Errorf("%s %s: wildcard in %+v", kind, u.GetName(), rule)
+					}
+				}
+				if slices.Contains(rule.Resources, "customresourcedefinitions") && !slices.Equal(rule.ResourceNames, []string{crd.WidgetName}) {
+					t.Errorf("%s %s: CRD access beyond %s: %+v", kind, u.GetName(), crd.WidgetName, rule)
+				}
+				if slices.Contains(rule.Resources, "secrets") {
+					t.Errorf("%s %s reads Secrets", kind, u.GetName())
+				}
+			}
+		}
+	}
+	// The leader-election Lease and the catalog live in the release namespace only.
+	role := objs.Get("Role", "widget-operator-manager")
+	if role == nil || role.GetNamespace() != "widget-system" {
+		t.Fatal("no manager Role in the release namespace")
+	}
+	weight := func(u interface{ GetAnnotations() map[string]string }) int {
+		w, err := strconv.Atoi(u.GetAnnotations()["helm.sh/hook-weight"])
+		if err != nil {
+			t.Fatalf("hook weight: %v", err)
+		}
+		return w
+	}
+	hookPhases := []string{"pre-install", "pre-upgrade", "pre-rollback", "post-install", "post-upgrade", "pre-delete", "test"}
+	for _, kind := range []string{"ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"} {
+		u := objs.Get(kind, "widget-operator-hooks")
+		if u == nil {
+			t.Fatalf("no hook %s", kind)
+		}
+		a := u.GetAnnotations()
+		if a["helm.sh/hook-delete-policy"] != "before-hook-creation,hook-succeeded" || a["helm.sh/hook"] != strings.Join(hookPhases, ",") || weight(u) >= 0 {
+			t.Errorf("hook %s annotations %v", kind, a)
+		}
+	}
+	for _, u := range append(objs.Kind("Job"), objs.Kind("Pod")...) {
+		if weight(u) != 0 || u.GetAnnotations()["helm.sh/hook-delete-policy"] != "before-hook-creation,hook-succeeded" {
+			t.Errorf("%s %s annotations %v", u.GetKind(), u.GetName(), u.GetAnnotations())
+		}
+	}
+}

@@ -1,0 +1,502 @@
+package chart
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// set builds a values tree from dotted paths and values: set("a.b", 1, "c", "x").
+func set(kv ...any) map[string]any {
+	out := map[string]any{}
+	for i := 0; i < len(kv); i += 2 {
+		parts := strings.Split(kv[i].(string), ".")
+		m := out
+		for _, p := range parts[:len(parts)-1] {
+			if _, ok := m[p]; !ok {
+				m[p] = map[string]any{}
+			}
+			m = m[p].(map[string]any)
+		}
+		m[parts[len(parts)-1]] = kv[i+1]
+	}
+	return out
+}
+
+// paths lists the dotted paths set() was given, as leaves of values.
+func paths(kv ...any) []string {
+	var out []string
+	for i := 0; i < len(kv); i += 2 {
+		out = append(out, kv[i].(string))
+	}
+	return out
+}
+
+func deployment(t *testing.T, objs Objects) *appsv1.Deployment {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	u := objs.Get("Deployment", "widget-operator")
+	if u == nil {
+		t.Fatal("no Deployment widget-operator")
+	}
+	if err := Into(u, d); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func job(t *testing.T, objs Objects, name string) *batchv1.Job {
+	t.Helper()
+	u := objs.Get("Job", name)
+	if u == nil {
+		return nil
+	}
+	j := &batchv1.Job{}
+	if err := Into(u, j); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func field(t *testing.T, u *unstructured.Unstructured, path ...string) any {
+	t.Helper()
+	if u == nil {
+		t.Fatalf("no object for %v", path)
+	}
+	v, ok, err := unstructured.NestedFieldNoCopy(u.Object, path...)
+	if err != nil || !ok {
+		t.Fatalf("%s %s: no %v (%v)", u.GetKind(), u.GetName(), path, err)
+	}
+	return v
+}
+
+func wantArg(t *testing.T, args []string, want string) {
+	t.Helper()
+	if !slices.Contains(args, want) {
+		t.Errorf("args %v lack %q", args, want)
+	}
+}
+
+func jsonEq(t *testing.T, what string, got, want any) {
+	t.Helper()
+	g, _ := json.Marshal(got)
+	w, _ := json.Marshal(want)
+	if string(g) != string(w) {
+		t.Errorf("%s: got %s, want %s", what, g, w)
+	}
+}
+
+// valueCase renders the chart with some values set and checks the output they change.
+type valueCase struct {
+	name  string
+	kv    []any
+	apis  []string
+	check func(t *testing.T, objs Objects)
+}
+
+var valueCases = []valueCase{{
+	name: "defaults",
+	check: func(t *testing.T, objs Objects) {
+		d := deployment(t, objs)
+		if *d.Spec.Replicas != 2 || d.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue() != 0 || d.Spec.Strategy.RollingUpdate.MaxSurge.IntValue() != 1 {
+			t.Errorf("replicas/strategy: %d %+v", *d.Spec.Replicas, d.Spec.Strategy)
+		}
+		pod := d.Spec.Template.Spec
+		if pod.Affinity == nil || len(pod.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 ||
+			pod.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.TopologyKey != "kubernetes.io/hostname" {
+			t.Errorf("anti-affinity: %+v", pod.Affinity)
+		}
+		if len(pod.TopologySpreadConstraints) != 1 || pod.TopologySpreadConstraints[0].TopologyKey != "topology.kubernetes.io/zone" ||
+			pod.TopologySpreadConstraints[0].WhenUnsatisfiable != corev1.ScheduleAnyway {
+			t.Errorf("topology spread: %+v", pod.TopologySpreadConstraints)
+		}
+		c := pod.Containers[0]
+		if c.Image != "localhost/widget-operator:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
+			t.Errorf("image %s %s", c.Image, c.ImagePullPolicy)
+		}
+		if c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.StartupProbe == nil {
+			t.Error("probes: liveness /healthz, readiness /readyz and a startup probe")
+		}
+		// The grace period outlasts the drain delay plus a shutdown phase.
+		if *pod.TerminationGracePeriodSeconds <= 10+30 {
+			t.Errorf("terminationGracePeriodSeconds %d <= drain delay + graceful shutdown", *pod.TerminationGracePeriodSeconds)
+		}
+		env := map[string]string{}
+		for _, e := range c.Env {
+			env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+		if env["POD_NAMESPACE"] != "metadata.namespace" || env["POD_NAME"] != "metadata.name" {
+			t.Errorf("env: %v", env)
+		}
+		if pod.Volumes[0].Secret.SecretName != "widget-operator-serving-cert" {
+			t.Errorf("certificate volume: %+v", pod.Volumes[0])
+		}
+		for _, a := range []string{"--webhook-port=9443", "--metrics-bind-address=:8443", "--drain-delay=10s", "--zap-log-level=info",
+			"--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s",
+			"--graceful-shutdown-timeout=30s", "--metrics-cert-dir=/etc/widget-operator/serving-certs"} {
+			wantArg(t, c.Args, a)
+		}
+		pdb := &policyv1.PodDisruptionBudget{}
+		if err := Into(objs.Get("PodDisruptionBudget", "widget-operator"), pdb); err != nil {
+			t.Fatal(err)
+		}
+		if pdb.Spec.MaxUnavailable.IntValue() != 1 || *pdb.Spec.UnhealthyPodEvictionPolicy != policyv1.AlwaysAllow {
+			t.Errorf("PDB: %+v", pdb.Spec)
+		}
+		svc := &corev1.Service{}
+		if err := Into(objs.Get("Service", "widget-operator-webhook"), svc); err != nil {
+			t.Fatal(err)
+		}
+		if svc.Spec.Ports[0].Port != 443 || svc.Spec.Ports[0].TargetPort.String() != "webhook" {
+			t.Errorf("webhook Service ports: %+v", svc.Spec.Ports)
+		}
+		cert := objs.Get("Certificate", "widget-operator-serving")
+		jsonEq(t, "serving dnsNames", field(t, cert, "spec", "dnsNames"), []string{"widget-operator-webhook", "widget-operator-webhook.widget-system",
+			"widget-operator-webhook.widget-system.svc", "widget-operator-webhook.widget-system.svc.cluster.local",
+			"widget-operator-metrics.widget-system.svc", "widget-operator-metrics.widget-system.svc.cluster.local"})
+		jsonEq(t, "serving key", field(t, cert, "spec", "privateKey"), map[string]any{"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"})
+		jsonEq(t, "serving issuer", field(t, cert, "spec", "issuerRef"), map[string]any{"group": "cert-manager.io", "kind": "Issuer", "name": "widget-operator-ca"})
+		jsonEq(t, "durations", []any{field(t, cert, "spec", "duration"), field(t, cert, "spec", "renewBefore")}, []string{"2160h", "720h"})
+		ca := objs.Get("Certificate", "widget-operator-ca")
+		jsonEq(t, "CA", []any{field(t, ca, "spec", "isCA"), field(t, ca, "spec", "issuerRef", "name"), field(t, ca, "spec", "duration")}, []any{true, "widget-operator-selfsigned", "87600h"})
+		if objs.Get("Issuer", "widget-operator-selfsigned") == nil || objs.Get("Issuer", "widget-operator-ca") == nil {
+			t.Error("the bootstrap and CA Issuers are missing")
+		}
+		for _, kind := range []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
+			u := objs.Get(kind, "widget-operator")
+			if u.GetAnnotations()["cert-manager.io/inject-ca-from"] != "widget-system/widget-operator-serving" {
+				t.Errorf("%s lacks inject-ca-from", kind)
+			}
+			var wh admissionregistrationv1.ValidatingWebhook
+			b, _ := json.Marshal(field(t, u, "webhooks").([]any)[0])
+			if err := json.Unmarshal(b, &wh); err != nil {
+				t.Fatal(err)
+			}
+			if *wh.FailurePolicy != admissionregistrationv1.Fail || *wh.SideEffects != admissionregistrationv1.SideEffectClassNone ||
+				*wh.TimeoutSeconds != 10 || *wh.MatchPolicy != admissionregistrationv1.Equivalent ||
+				!slices.Equal(wh.AdmissionReviewVersions, []string{"v1"}) || !slices.Equal(wh.Rules[0].APIVersions, []string{"v1alpha1", "v1"}) ||
+				wh.ClientConfig.Service.Name != "widget-operator-webhook" || wh.ClientConfig.CABundle != nil {
+				t.Errorf("%s: %+v", kind, wh)
+			}
+		}
+		pre := job(t, objs, "widget-operator-preflight")
+		if pre == nil || !slices.Equal(pre.Spec.Template.Spec.Containers[0].Args, []string{"upgrade", "preflight", "--to", "initial"}) ||
+			pre.Annotations["helm.sh/hook"] != "pre-install,pre-upgrade,pre-rollback" || *pre.Spec.BackoffLimit != 1 || *pre.Spec.ActiveDeadlineSeconds != 900 {
+			t.Errorf("preflight Job: %+v", pre)
+		}
+		if job(t, objs, "widget-operator-migrate") != nil {
+			t.Error("a migrate Job outside stage migrate")
+		}
+		cl := job(t, objs, "widget-operator-cleanup-finalizers")
+		if cl == nil || cl.Annotations["helm.sh/hook"] != "pre-delete" ||
+			!slices.Equal(cl.Spec.Template.Spec.Containers[0].Args, []string{"cleanup-finalizers", "--crd", "widgets.widgetry.io", "--finalizer", "widgetry.io/catalog-cleanup"}) {
+			t.Errorf("cleanup Job: %+v", cl)
+		}
+		test := objs.Get("Pod", "widget-operator-selftest")
+		jsonEq(t, "selftest args", field(t, test, "spec", "containers").([]any)[0].(map[string]any)["args"], []string{"selftest", "--namespace", "widget-system"})
+		for _, kind := range []string{"ServiceMonitor", "PrometheusRule", "NetworkPolicy", "ConfigMap"} {
+			if len(objs.Kind(kind)) != 0 {
+				t.Errorf("%s rendered by default", kind)
+			}
+		}
+	},
+}, {
+	name: "one replica: no PodDisruptionBudget",
+	kv:   []any{"replicaCount", 1},
+	check: func(t *testing.T, objs Objects) {
+		if *deployment(t, objs).Spec.Replicas != 1 || len(objs.Kind("PodDisruptionBudget")) != 0 {
+			t.Error("want 1 replica and no PDB")
+		}
+	},
+}, {
+	name: "PDB off",
+	kv:   []any{"podDisruptionBudget.enabled", false, "replicaCount", 3},
+	check: func(t *testing.T, objs Objects) {
+		if *deployment(t, objs).Spec.Replicas != 3 || len(objs.Kind("PodDisruptionBudget")) != 0 {
+			t.Error("want 3 replicas and no PDB")
+		}
+	},
+}, {
+	name: "image",
+	kv: []any{"image.repository", "registry.example.com/wo", "image.tag", "1.2.3", "image.pullPolicy", "Always",
+		"imagePullSecrets", []any{map[string]any{"name": "pull"}}},
+	check: func(t *testing.T, objs Objects) {
+		for _, spec := range []corev1.PodSpec{deployment(t, objs).Spec.Template.Spec, job(t, objs, "widget-operator-preflight").Spec.Template.Spec} {
+			c := spec.Containers[0]
+			if c.Image != "registry.example.com/wo:1.2.3" || c.ImagePullPolicy != corev1.PullAlways || spec.ImagePullSecrets[0].Name != "pull" {
+				t.Errorf("image %s %s %v", c.Image, c.ImagePullPolicy, spec.ImagePullSecrets)
+			}
+		}
+	},
+}, {
+	name: "names",
+	kv:   []any{"fullnameOverride", "wo", "nameOverride", "widgets"},
+	check: func(t *testing.T, objs Objects) {
+		u := objs.Get("Deployment", "wo")
+		if u == nil || u.GetLabels()["app.kubernetes.io/name"] != "widgets" || objs.Get("Service", "wo-webhook") == nil {
+			t.Error("want Deployment wo named widgets and Service wo-webhook")
+		}
+	},
+}, {
+	name: "cluster domain",
+	kv:   []any{"clusterDomain", "example.internal"},
+	check: func(t *testing.T, objs Objects) {
+		names := field(t, objs.Get("Certificate", "widget-operator-serving"), "spec", "dnsNames").([]any)
+		if names[3] != "widget-operator-webhook.widget-system.svc.example.internal" {
+			t.Errorf("dnsNames %v", names)
+		}
+	},
+}, {
+	name: "existing ClusterIssuer",
+	kv: []any{"certManager.issuerRef", map[string]any{"name": "corp-ca", "kind": "ClusterIssuer"},
+		"certManager.duration", "720h", "certManager.renewBefore", "240h"},
+	check: func(t *testing.T, objs Objects) {
+		if len(objs.Kind("Issuer")) != 0 || objs.Get("Certificate", "widget-operator-ca") != nil {
+			t.Error("the chart's own CA rendered next to issuerRef")
+		}
+		cert := objs.Get("Certificate", "widget-operator-serving")
+		jsonEq(t, "issuerRef", field(t, cert, "spec", "issuerRef"), map[string]any{"group": "cert-manager.io", "kind": "ClusterIssuer", "name": "corp-ca"})
+		jsonEq(t, "durations", []any{field(t, cert, "spec", "duration"), field(t, cert, "spec", "renewBefore")}, []string{"720h", "240h"})
+	},
+}, {
+	name: "CA lifetime",
+	kv:   []any{"certManager.caDuration", "43800h", "certManager.caRenewBefore", "4380h"},
+	check: func(t *testing.T, objs Objects) {
+		ca := objs.Get("Certificate", "widget-operator-ca")
+		jsonEq(t, "CA durations", []any{field(t, ca, "spec", "duration"), field(t, ca, "spec", "renewBefore")}, []string{"43800h", "4380h"})
+	},
+}, {
+	name: "webhook port and timeout",
+	kv:   []any{"webhook.port", 10443, "webhook.timeoutSeconds", 5},
+	check: func(t *testing.T, objs Objects) {
+		c := deployment(t, objs).Spec.Template.Spec.Containers[0]
+		wantArg(t, c.Args, "--webhook-port=10443")
+		if c.Ports[0].ContainerPort != 10443 {
+			t.Errorf("ports %+v", c.Ports)
+		}
+		for _, kind := range []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
+			if to := field(t, objs.Get(kind, "widget-operator"), "webhooks").([]any)[0].(map[string]any)["timeoutSeconds"]; to != int64(5) {
+				t.Errorf("%s timeoutSeconds %v", kind, to)
+			}
+		}
+	},
+}, {
+	name: "manager flags",
+	kv: []any{"manager.drainDelay", "5s", "manager.gracefulShutdownTimeout", "20s", "manager.logLevel", "debug", "manager.tlsMinVersion13", true,
+		"manager.leaderElection.leaseDuration", "30s", "manager.leaderElection.renewDeadline", "20s", "manager.leaderElection.retryPeriod", "4s",
+		"manager.extraArgs", []any{"--conversion-max-body-bytes=1000000"}, "terminationGracePeriodSeconds", 45},
+	check: func(t *testing.T, objs Objects) {
+		d := deployment(t, objs)
+		for _, a := range []string{"--drain-delay=5s", "--graceful-shutdown-timeout=20s", "--zap-log-level=debug", "--tls-min-version-1.3",
+			"--leader-elect-lease-duration=30s", "--leader-elect-renew-deadline=20s", "--leader-elect-retry-period=4s", "--conversion-max-body-bytes=1000000"} {
+			wantArg(t, d.Spec.Template.Spec.Containers[0].Args, a)
+		}
+		if *d.Spec.Template.Spec.TerminationGracePeriodSeconds != 45 {
+			t.Error("terminationGracePeriodSeconds")
+		}
+	},
+}, {
+	name: "scheduling",
+	kv: []any{"priorityClassName", "system-cluster-critical", "podAntiAffinity", false, "zoneSpread", false,
+		"nodeSelector", map[string]any{"kubernetes.io/os": "linux"}, "tolerations", []any{map[string]any{"key": "k", "operator": "Exists"}},
+		"podAnnotations", map[string]any{"a": "b"}, "podLabels", map[string]any{"team": "widgets"}},
+	check: func(t *testing.T, objs Objects) {
+		d := deployment(t, objs)
+		pod := d.Spec.Template
+		if pod.Spec.PriorityClassName != "system-cluster-critical" || pod.Spec.Affinity != nil || pod.Spec.TopologySpreadConstraints != nil ||
+			pod.Spec.NodeSelector["kubernetes.io/os"] != "linux" || pod.Spec.Tolerations[0].Key != "k" ||
+			pod.Annotations["a"] != "b" || pod.Labels["team"] != "widgets" || d.Spec.Selector.MatchLabels["team"] != "" {
+			t.Errorf("pod template: %+v", pod)
+		}
+	},
+}, {
+	name: "affinity replaces the default anti-affinity",
+	kv: []any{"affinity", map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+		"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": "pool", "operator": "In", "values": []any{"ops"}}}}}}}}},
+	check: func(t *testing.T, objs Objects) {
+		a := deployment(t, objs).Spec.Template.Spec.Affinity
+		if a.PodAntiAffinity != nil || a.NodeAffinity == nil {
+			t.Errorf("affinity %+v", a)
+		}
+	},
+}, {
+	name: "resources",
+	kv: []any{"resources", map[string]any{"limits": map[string]any{"cpu": "1", "memory": "512Mi"}},
+		"hookResources", map[string]any{"limits": map[string]any{"cpu": "200m", "memory": "100Mi"}}},
+	check: func(t *testing.T, objs Objects) {
+		l := deployment(t, objs).Spec.Template.Spec.Containers[0].Resources
+		h := job(t, objs, "widget-operator-preflight").Spec.Template.Spec.Containers[0].Resources
+		// Helm merges maps: the default requests stay.
+		if l.Limits.Memory().String() != "512Mi" || l.Requests.Cpu().String() != "100m" || h.Limits.Cpu().String() != "200m" {
+			t.Errorf("resources %+v hooks %+v", l, h)
+		}
+	},
+}, {
+	name: "service account annotations",
+	kv:   []any{"serviceAccount.annotations", map[string]any{"iam.example.com/role": "wo"}},
+	check: func(t *testing.T, objs Objects) {
+		if objs.Get("ServiceAccount", "widget-operator").GetAnnotations()["iam.example.com/role"] != "wo" {
+			t.Error("annotation missing")
+		}
+	},
+}, {
+	name: "metrics off",
+	kv:   []any{"metrics.port", 0, "monitoring.serviceMonitor.enabled", true},
+	apis: MonitoringAPIs,
+	check: func(t *testing.T, objs Objects) {
+		wantArg(t, deployment(t, objs).Spec.Template.Spec.Containers[0].Args, "--metrics-bind-address=0")
+		if objs.Get("Service", "widget-operator-metrics") != nil || len(objs.Kind("ServiceMonitor")) != 0 {
+			t.Error("metrics Service or ServiceMonitor without metrics")
+		}
+	},
+}, {
+	name: "ServiceMonitor and PrometheusRule without the API: nothing",
+	kv:   []any{"monitoring.serviceMonitor.enabled", true, "monitoring.prometheusRule.enabled", true},
+	check: func(t *testing.T, objs Objects) {
+		if len(objs.Kind("ServiceMonitor"))+len(objs.Kind("PrometheusRule")) != 0 {
+			t.Error("monitoring objects rendered without their API")
+		}
+	},
+}, {
+	name: "ServiceMonitor and PrometheusRule",
+	kv: []any{"monitoring.serviceMonitor.enabled", true, "monitoring.serviceMonitor.interval", "15s", "monitoring.serviceMonitor.labels", map[string]any{"release": "prom"},
+		"monitoring.prometheusRule.enabled", true, "monitoring.prometheusRule.labels", map[string]any{"role": "alerts"},
+		"monitoring.job", "wo-prod", "monitoring.runbookBaseURL", "https://runbooks.example.com/wo/", "replicaCount", 3, "metrics.port", 9443 + 1},
+	apis: MonitoringAPIs,
+	check: func(t *testing.T, objs Objects) {
+		sm := objs.Get("ServiceMonitor", "widget-operator")
+		if sm.GetLabels()["release"] != "prom" || field(t, sm, "spec", "jobLabel") != "widgetry.io/prometheus-job" {
+			t.Errorf("ServiceMonitor %v", sm.Object)
+		}
+		ep := field(t, sm, "spec", "endpoints").([]any)[0].(map[string]any)
+		if ep["interval"] != "15s" || ep["scheme"] != "https" || ep["port"] != "https-metrics" {
+			t.Errorf("endpoint %v", ep)
+		}
+		svc := objs.Get("Service", "widget-operator-metrics")
+		if svc.GetLabels()["widgetry.io/prometheus-job"] != "wo-prod" || field(t, svc, "spec", "ports").([]any)[0].(map[string]any)["port"] != int64(9444) {
+			t.Errorf("metrics Service %v", svc.Object)
+		}
+		pr := objs.Get("PrometheusRule", "widget-operator")
+		if pr.GetLabels()["role"] != "alerts" {
+			t.Error("PrometheusRule labels")
+		}
+		b, _ := json.Marshal(pr.Object)
+		for _, s := range []string{`job=\"wo-prod\"`, "https://runbooks.example.com/wo/alerts/", "of 3 replicas"} {
+			if !strings.Contains(string(b), s) {
+				t.Errorf("PrometheusRule lacks %q", s)
+			}
+		}
+	},
+}, {
+	name: "dashboards",
+	kv: []any{"monitoring.dashboards.enabled", true, "monitoring.dashboards.label", "grafana_dashboard", "monitoring.dashboards.labelValue", "yes",
+		"monitoring.dashboards.annotations", map[string]any{"grafana_folder": "Widgets"}},
+	check: func(t *testing.T, objs Objects) {
+		files, _ := filepath.Glob(filepath.Join(root, "dashboards", "*.json"))
+		cms := objs.Kind("ConfigMap")
+		if len(cms) != len(files) || len(files) == 0 {
+			t.Fatalf("%d dashboard ConfigMaps for %d dashboards", len(cms), len(files))
+		}
+		for _, f := range files {
+			name := strings.TrimPrefix(strings.TrimSuffix(filepath.Base(f), ".json"), "widget-operator-")
+			cm := objs.Get("ConfigMap", "widget-operator-dashboard-"+name)
+			want, _ := os.ReadFile(f)
+			if cm == nil || cm.GetLabels()["grafana_dashboard"] != "yes" || cm.GetAnnotations()["grafana_folder"] != "Widgets" {
+				t.Fatalf("ConfigMap for %s: %v", f, cm)
+			}
+			if got := field(t, cm, "data", filepath.Base(f)); got != strings.TrimSuffix(string(want), "\n") {
+				t.Errorf("dashboard %s differs from dashboards/", f)
+			}
+		}
+	},
+}, {
+	name: "NetworkPolicy",
+	kv: []any{"networkPolicy.enabled", true, "networkPolicy.metricsNamespaceSelector", map[string]any{"matchLabels": map[string]any{"name": "monitoring"}},
+		"networkPolicy.metricsPodSelector", map[string]any{"matchLabels": map[string]any{"app": "prometheus"}}},
+	check: func(t *testing.T, objs Objects) {
+		np := &networkingv1.NetworkPolicy{}
+		if err := Into(objs.Get("NetworkPolicy", "widget-operator"), np); err != nil {
+			t.Fatal(err)
+		}
+		in := np.Spec.Ingress
+		if len(in) != 2 || in[0].From != nil || in[0].Ports[0].Port.IntValue() != 9443 ||
+			in[1].From[0].NamespaceSelector.MatchLabels["name"] != "monitoring" || in[1].From[0].PodSelector.MatchLabels["app"] != "prometheus" || in[1].Ports[0].Port.IntValue() != 8443 {
+			t.Errorf("ingress %+v", in)
+		}
+	},
+}, {
+	name: "stage migrate: migration hook",
+	kv:   []any{"apiUpgrade.stage", "migrate", "apiUpgrade.backoffLimit", 2, "apiUpgrade.activeDeadlineSeconds", 3600},
+	check: func(t *testing.T, objs Objects) {
+		m := job(t, objs, "widget-operator-migrate")
+		if m == nil || m.Annotations["helm.sh/hook"] != "post-install,post-upgrade" || *m.Spec.BackoffLimit != 2 || *m.Spec.ActiveDeadlineSeconds != 3600 ||
+			!slices.Equal(m.Spec.Template.Spec.Containers[0].Args, []string{"migrate", "--crd", "widgets.widgetry.io", "--progress-namespace", "widget-system"}) {
+			t.Errorf("migrate Job: %+v", m)
+		}
+		if a := job(t, objs, "widget-operator-preflight").Spec.Template.Spec.Containers[0].Args; a[3] != "migrate" {
+			t.Errorf("preflight args %v", a)
+		}
+	},
+}, {
+	name: "hooks off",
+	kv:   []any{"apiUpgrade.hooks", false, "apiUpgrade.stage", "migrate"},
+	check: func(t *testing.T, objs Objects) {
+		if job(t, objs, "widget-operator-preflight") != nil || job(t, objs, "widget-operator-migrate") != nil || job(t, objs, "widget-operator-cleanup-finalizers") == nil {
+			t.Error("want only the pre-delete cleanup Job")
+		}
+	},
+}, {
+	name: "test namespace",
+	kv:   []any{"tests.namespace", "widget-smoke"},
+	check: func(t *testing.T, objs Objects) {
+		jsonEq(t, "selftest args", field(t, objs.Get("Pod", "widget-operator-selftest"), "spec", "containers").([]any)[0].(map[string]any)["args"], []string{"selftest", "--namespace", "widget-smoke"})
+	},
+}}
+
+// TestValues renders every case with Helm 3 and checks what its values change; every value of
+// values.yaml must be set by some case.
+func TestValues(t *testing.T) {
+	covered := map[string]bool{}
+	for _, tc := range valueCases {
+		for _, p := range paths(tc.kv...) {
+			covered[p] = true
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			var values map[string]any
+			if len(tc.kv) > 0 {
+				values = set(tc.kv...)
+			}
+			tc.check(t, render(t, values, tc.apis...))
+		})
+	}
+	raw, err := os.ReadFile(filepath.Join(root, ValuesPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := Values(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var missing []string
+	for _, v := range vals {
+		if !covered[v.Path] && v.Path != "apiUpgrade.stage" { // every stage: TestCRDEveryStage
+			missing = append(missing, v.Path)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("values no render test sets: %v", missing)
+	}
+}
