@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
@@ -188,32 +187,12 @@ func patchAll(b *testing.B, mc metadata.Interface, gvr schema.GroupVersionResour
 			break
 		}
 	}
-	var wg sync.WaitGroup
-	next := make(chan int)
-	errs := make(chan error, workers)
-	for range workers {
-		wg.Go(func() {
-			for i := range next {
-				o := &items[i]
-				patch := fmt.Appendf(nil, `{"metadata":{"resourceVersion":%q}}`, o.ResourceVersion)
-				if _, err := res.Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-					select {
-					case errs <- err:
-					default:
-					}
-				}
-			}
-		})
-	}
-	for i := range items {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
+	parallelOn(b, workers, len(items), func(i int) error {
+		o := &items[i]
+		patch := fmt.Appendf(nil, `{"metadata":{"resourceVersion":%q}}`, o.ResourceVersion)
+		_, err := res.Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
 }
 
 // getPut re-encodes the first sample Widgets by a GET and a PUT of the whole object each, at

@@ -142,11 +142,17 @@ func createWidgets(t testing.TB, env *testenv.Env, namespace string, n int) {
 // parallel runs f(0..n-1) on 8 workers and fails the test on the first error.
 func parallel(t testing.TB, n int, f func(i int) error) {
 	t.Helper()
+	parallelOn(t, 8, n, f)
+}
+
+// parallelOn runs f(0..n-1) on the given number of workers and fails the test on the first error.
+func parallelOn(t testing.TB, workers, n int, f func(i int) error) {
+	t.Helper()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var firstErr error
 	next := make(chan int)
-	for range 8 {
+	for range workers {
 		wg.Go(func() {
 			for i := range next {
 				if err := f(i); err != nil {
