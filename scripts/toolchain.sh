@@ -147,7 +147,8 @@ for n in "${want[@]}"; do
 	ct) build_ct ;;
 	# kubeconform and its schemas (bin/kubeconform-schemas/<group>/<kind>_<version>.json),
 	# generated offline by scripts/tools/kubeconform/schemas from Kubernetes' swagger.json and
-	# the CRDs of cert-manager and prometheus-operator (ServiceMonitor, PrometheusRule).
+	# the CRDs of cert-manager and prometheus-operator (ServiceMonitor, PrometheusRule), and
+	# those two prometheus-operator CRDs in bin/prometheus-operator-crds.
 	kubeconform)
 		build kubeconform kubeconform github.com/yannh/kubeconform/cmd/kubeconform "-s -w"
 		build kubeconform-schemagen kubeconform ./schemas "-s -w"
@@ -159,6 +160,11 @@ for n in "${want[@]}"; do
 			cm=$(cd "$tools/cert-manager" && go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)/deploy/crds
 			po=$(module_dir "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION")/example/prometheus-operator-crd
 			"$bin/kubeconform-schemagen" -swagger "$swagger" -out "$bin/kubeconform-schemas" "$cm" "$po"
+			# The two CRDs the chart renders objects of, for tests that install them (internal/chart).
+			rm -rf "$bin/prometheus-operator-crds"
+			mkdir -p "$bin/prometheus-operator-crds"
+			cp "$po/monitoring.coreos.com_servicemonitors.yaml" "$po/monitoring.coreos.com_prometheusrules.yaml" "$bin/prometheus-operator-crds/"
+			chmod 644 "$bin/prometheus-operator-crds"/*.yaml
 			echo "$schemas_stamp" >"$bin/.stamps/kubeconform-schemas"
 		fi
 		;;
