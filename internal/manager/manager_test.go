@@ -14,12 +14,7 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -333,35 +328,10 @@ func TestSecureEndpoints(t *testing.T) {
 	if code := get(""); code != http.StatusUnauthorized && code != http.StatusForbidden {
 		t.Errorf("unauthenticated /metrics: %d, want 401 or 403", code)
 	}
-	ctx := context.Background()
-	cs := kubernetes.NewForConfigOrDie(env.Config)
-	// Two service accounts: the manager's filter caches a denial for 30s, so the authorized
-	// one is never asked before its binding exists.
-	token := func(name string) string {
-		t.Helper()
-		if err := env.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: widgetenv.Namespace, Name: name}}); err != nil {
-			t.Fatal(err)
-		}
-		tr, err := cs.CoreV1().ServiceAccounts(widgetenv.Namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tr.Status.Token
-	}
-	if code := get(token("nobody")); code != http.StatusForbidden {
+	if code := get(widgetenv.ServiceAccountToken(t, env, "nobody", false)); code != http.StatusForbidden {
 		t.Errorf("an authenticated but unauthorized scraper got %d, want 403", code)
 	}
-	scraper := token("prometheus")
-	for _, obj := range []client.Object{
-		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "metrics-reader"}, Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}},
-		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "metrics-reader"}, RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "metrics-reader"},
-			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: widgetenv.Namespace, Name: "prometheus"}}},
-	} {
-		if err := env.Client.Create(ctx, obj); err != nil {
-			t.Fatal(err)
-		}
-	}
-	time.Sleep(2 * time.Second) // RBAC's authorizer cache in the apiserver
+	scraper := widgetenv.ServiceAccountToken(t, env, "prometheus", true)
 	testenv.Eventually(t, 20*time.Second, "the authorized scraper reads /metrics", func() error {
 		if code := get(scraper); code != http.StatusOK {
 			return fmt.Errorf("got %d", code)

@@ -218,32 +218,33 @@ func (o *Operator) WebhookClient() *http.Client {
 }
 
 var (
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
+	buildMu sync.Mutex
+	built   = map[string]string{}
 )
 
 // ManagerBinary builds cmd/widget-manager once per test binary and returns its path.
-func ManagerBinary(t testing.TB) string {
+func ManagerBinary(t testing.TB) string { return Binary(t, "widget-manager") }
+
+// Binary builds cmd/<name> once per test binary and returns its path.
+func Binary(t testing.TB, name string) string {
 	t.Helper()
-	root := testenv.RepoRoot(t)
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "widget-manager-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binary = filepath.Join(dir, "widget-manager")
-		cmd := exec.Command("go", "build", "-o", binary, "./cmd/widget-manager")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/widget-manager: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("widgetenv: %v", buildErr)
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if path, ok := built[name]; ok {
+		return path
 	}
-	return binary
+	dir, err := os.MkdirTemp("", name+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", path, "./cmd/"+name)
+	cmd.Dir = testenv.RepoRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("widgetenv: go build ./cmd/%s: %v\n%s", name, err, out)
+	}
+	built[name] = path
+	return path
 }
 
 // FreePort returns a free loopback port.
