@@ -267,6 +267,7 @@ func runRunbookCommands(t *testing.T, env *testenv.Env, op *widgetenv.Operator) 
 			seen[cmd] = true
 			c := exec.Command("bash", "-o", "pipefail", "-c", cmd)
 			c.Env = append(os.Environ(), "PATH="+path, "KUBECONFIG="+env.Kubeconfig)
+			c.Dir = t.TempDir() // some commands save files (a CRD backup before break-glass)
 			out, err := c.CombinedOutput()
 			if err != nil && !strings.Contains(cmd, "| head") { // head closing the pipe early is fine
 				t.Errorf("%s: %s: %v\n%s", filepath.Base(file), cmd, err, out)
