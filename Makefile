@@ -32,7 +32,7 @@ fmt: ## gofmt the tree.
 .PHONY: vet
 vet: ## go vet every module of the repository.
 	go vet ./...
-	for m in $(dir $(TOOL_MODULES)); do (cd $$m && go vet ./... ); done
+	for m in $(dir $(TOOL_MODULES)); do if ls $$m*.go $$m*/*.go >/dev/null 2>&1; then (cd $$m && go vet ./...); fi; done
 
 .PHONY: lint
 lint: vet ## gofmt check, go vet, shell syntax.
