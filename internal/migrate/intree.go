@@ -64,6 +64,16 @@ func (r *run) chooseBackend(ctx context.Context) (b Backend, fellBack string, er
 		if !served {
 			return "", "", refusef("the cluster does not serve %s StorageVersionMigrations, so --backend=in-tree cannot work: use --backend=client (or auto)", svmv1.SchemeGroupVersion)
 		}
+		if r.resumed && r.p.Backend == string(BackendInTree) && r.p.StorageVersionMigration != "" {
+			return BackendInTree, "", nil
+		}
+		picked, reason, err := r.probeInTree(ctx)
+		if err != nil {
+			return "", "", err
+		}
+		if !picked {
+			return "", "", fmt.Errorf("--backend=in-tree: %s; use --backend=client", reason)
+		}
 		return BackendInTree, "", nil
 	}
 
@@ -81,9 +91,24 @@ func (r *run) chooseBackend(ctx context.Context) (b Backend, fellBack string, er
 		return BackendClient, reason, nil
 	}
 
-	svm, err := r.createSVM(ctx)
+	picked, reason, err := r.probeInTree(ctx)
 	if err != nil {
 		return "", "", err
+	}
+	if !picked {
+		r.log.Info("falling back to the client migrator: " + reason)
+		return BackendClient, reason, nil
+	}
+	return BackendInTree, "", nil
+}
+
+// probeInTree creates the StorageVersionMigration and waits InTreeProbeTimeout for
+// kube-controller-manager to pick it up. If it does not, the migration is deleted (so that a
+// controller started later does not run it behind our back) and reason says why.
+func (r *run) probeInTree(ctx context.Context) (picked bool, reason string, err error) {
+	svm, err := r.createSVM(ctx)
+	if err != nil {
+		return false, "", err
 	}
 	probeCtx, cancel := context.WithTimeout(ctx, r.opts.InTreeProbeTimeout)
 	defer cancel()
@@ -92,22 +117,21 @@ func (r *run) chooseBackend(ctx context.Context) (b Backend, fellBack string, er
 	})
 	if err == nil {
 		r.log.Info("using the in-tree StorageVersionMigration: kube-controller-manager picked it up", "storageVersionMigration", svm.Name)
-		return BackendInTree, "", nil
+		return true, "", nil
 	}
 	if ctx.Err() != nil {
-		return "", "", ctx.Err()
+		return false, "", ctx.Err()
 	}
-	reason := fmt.Sprintf("the apiserver serves %s, but no controller picked up StorageVersionMigration %s within %s (is kube-controller-manager running with its storage-version-migrator-controller?)",
+	reason = fmt.Sprintf("the apiserver serves %s, but no controller picked up StorageVersionMigration %s within %s (is kube-controller-manager running with its storage-version-migrator-controller?)",
 		svmv1.SchemeGroupVersion, svm.Name, r.opts.InTreeProbeTimeout)
 	if got != nil && len(got.Status.Conditions) > 0 {
 		reason += fmt.Sprintf("; its conditions: %v", got.Status.Conditions)
 	}
-	r.log.Info("falling back to the client migrator: " + reason)
 	if err := r.m.c.Delete(context.WithoutCancel(ctx), svm); err != nil && !apierrors.IsNotFound(err) {
 		r.log.Error(err, "could not delete the unclaimed StorageVersionMigration; delete it by hand", "storageVersionMigration", svm.Name)
 	}
-	r.p.StorageVersionMigration = ""
-	return BackendClient, reason, nil
+	r.p.Backend, r.p.StorageVersionMigration = string(BackendClient), ""
+	return false, reason, nil
 }
 
 // createSVM creates the StorageVersionMigration and records it in the progress object, so a

@@ -101,6 +101,19 @@ widget_migration_objects_total{crd="widgets.widgetry.io",result="not_found"} 0
 		}
 	})
 
+	t.Run("--backend=in-tree without a controller is an error", func(t *testing.T) {
+		widgetenv.SetStorageVersion(t, env, "v1alpha1", probeNamespace)
+		widgetenv.SetStorageVersion(t, env, "v1", probeNamespace) // storedVersions [v1 v1alpha1]
+		_, err := m.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, ProgressNamespace: progressNamespace,
+			Backend: migrate.BackendInTree, InTreeProbeTimeout: 2 * time.Second})
+		if err == nil || migrate.IsRefused(err) || !strings.Contains(err.Error(), "no controller picked up") || !strings.Contains(err.Error(), "use --backend=client") {
+			t.Fatalf("got %v", err)
+		}
+		if p := progressObject(t, env); p.Phase != migrate.PhaseFailed {
+			t.Errorf("progress phase %s, want Failed", p.Phase)
+		}
+	})
+
 	t.Run("reverse to v1alpha1", func(t *testing.T) {
 		widgetenv.SetStorageVersion(t, env, "v1alpha1", probeNamespace)
 		res, err := m.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, To: "v1alpha1", ProgressNamespace: progressNamespace, Backend: migrate.BackendClient})

@@ -369,6 +369,12 @@ type run struct {
 func (r *run) execute(ctx context.Context) (*Result, error) {
 	backend, fellBack, err := r.chooseBackend(ctx)
 	if err != nil {
+		if r.store.cm != nil { // the in-tree probe recorded a migration: record its end too
+			r.p.Phase, r.p.CompletionTime, r.p.Message = PhaseFailed, time.Now(), err.Error()
+			if serr := r.store.save(context.WithoutCancel(ctx), &r.p); serr != nil {
+				r.log.Error(serr, "could not record the end of the migration")
+			}
+		}
 		return nil, err
 	}
 	r.p.Backend = string(backend)
