@@ -132,7 +132,7 @@ func (cr *clientRun) list(ctx context.Context, work chan<- item, done chan<- *pa
 	if cont == "" && cr.p.LastKey != "" {
 		skipUpTo = cr.p.LastKey // resumed at a checkpoint whose token was not kept
 	}
-	lastKey := cr.p.LastKey
+	lastKey, prevKey := cr.p.LastKey, "" // prevKey: the last key of this listing
 	enqueued := cr.p.Counts.Done()
 	for index := 0; ; {
 		var list *metav1.PartialObjectMetadataList
@@ -143,7 +143,7 @@ func (cr *clientRun) list(ctx context.Context, work chan<- item, done chan<- *pa
 		})
 		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 			cr.log.Info("the LIST continue token expired; listing again from the start, skipping objects already handed out", "skipUpTo", lastKey)
-			cont, skipUpTo = "", lastKey
+			cont, skipUpTo, prevKey = "", lastKey, ""
 			continue
 		}
 		if err != nil {
@@ -159,7 +159,14 @@ func (cr *clientRun) list(ctx context.Context, work chan<- item, done chan<- *pa
 		for i := range list.Items {
 			o := &list.Items[i]
 			key := objectKey(o.Namespace, o.Name)
-			pg.lastKey = key
+			if skipUpTo != "" && key < prevKey {
+				// Skipping by key relies on LIST returning objects in key order (which continue
+				// tokens rely on too). If it ever does not, skipping could miss objects that
+				// still need rewriting, and the trim would then lose track of them.
+				return fmt.Errorf("list %s: objects came out of key order (%s after %s), so objects already done cannot be skipped safely; delete the progress ConfigMap %s to start over, then rerun",
+					cr.t.gvr.GroupResource(), key, prevKey, cr.store.ref())
+			}
+			pg.lastKey, prevKey = key, key
 			if skipUpTo != "" && key <= skipUpTo {
 				continue
 			}

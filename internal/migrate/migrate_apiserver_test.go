@@ -2,13 +2,17 @@ package migrate_test
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/widgetry/widget-operator/internal/conversion/conversiontest"
 
@@ -225,6 +229,44 @@ func TestTrimAbortsWhenStorageChangesMidRun(t *testing.T) {
 		})
 	}
 
+	t.Run("a 410 Gone mid-LIST restarts the LIST, skipping what was handed out", func(t *testing.T) {
+		widgetenv.SetStorageVersion(t, env, "v1", probeNamespace)
+		cfg := rest.CopyConfig(env.Config)
+		cfg.QPS, cfg.Burst = migrate.DefaultQPS, migrate.DefaultBurst
+		var expired atomic.Int32
+		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+				// The third page's LIST answers as if etcd had compacted the token's revision.
+				if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/widgets") && req.URL.Query().Get("continue") != "" && expired.Add(1) == 2 {
+					return goneResponse(req), nil
+				}
+				return rt.RoundTrip(req)
+			})
+		}
+		gm, err := migrate.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log, logs := newLogger(t)
+		res, err := gm.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, ProgressNamespace: progressNamespace,
+			Backend: migrate.BackendClient, PageSize: int64(n / 5), Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(logs.String(), "the LIST continue token expired") || expired.Load() < 2 {
+			t.Errorf("no 410 restart happened (%d continued LISTs); logs:\n%s", expired.Load(), logs)
+		}
+		// Each object handed out exactly once: none skipped (etcd below), none twice.
+		if res.Counts.Migrated != int64(n) || res.Counts.Done() != int64(n) {
+			t.Errorf("counts %+v, want each of %d objects migrated exactly once", res.Counts, n)
+		}
+		assertStoredIn(t, env, "fleet", "v1", n)
+		if got := storedVersions(t, env); !slices.Equal(got, []string{"v1"}) {
+			t.Errorf("storedVersions %v, want [v1]", got)
+		}
+		widgetenv.SetStorageVersion(t, env, "v1alpha1", probeNamespace) // something to do for the next subtest
+	})
+
 	t.Run("a rerun under the new spec migrates and trims", func(t *testing.T) {
 		widgetenv.SetStorageVersion(t, env, "v1", probeNamespace)
 		res, err := m.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, ProgressNamespace: progressNamespace, Backend: migrate.BackendClient})
@@ -239,4 +281,16 @@ func TestTrimAbortsWhenStorageChangesMidRun(t *testing.T) {
 			t.Errorf("storedVersions %v, want [v1]", got)
 		}
 	})
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// goneResponse is the apiserver's answer to a continue token whose revision was compacted.
+func goneResponse(req *http.Request) *http.Response {
+	body := `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","reason":"Expired","code":410,` +
+		`"message":"The provided continue parameter is too old to display a consistent list result."}`
+	return &http.Response{StatusCode: http.StatusGone, Status: "410 Gone", Request: req, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Content-Type": []string{"application/json"}}, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body))}
 }
