@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/utils/ptr"
 
 	"github.com/widgetry/widget-operator/internal/crd"
 )
@@ -42,7 +43,7 @@ func TestCRDEveryStage(t *testing.T) {
 					t.Fatal(err)
 				}
 				crd.WithWebhookConversion(want, apiextensionsv1.WebhookClientConfig{Service: &apiextensionsv1.ServiceReference{
-					Namespace: "widget-system", Name: "widget-operator-webhook", Path: ptr("/convert"), Port: ptr[int32](443)}})
+					Namespace: "widget-system", Name: "widget-operator-webhook", Path: ptr.To("/convert"), Port: ptr.To[int32](443)}})
 				if !equality.Semantic.DeepEqual(want.Spec, got.Spec) {
 					t.Errorf("rendered CRD spec differs from crd.ApplyStageFlags(%s) (-want +got):\n%s", stage, cmp.Diff(want.Spec, got.Spec))
 				}
@@ -54,5 +55,3 @@ func TestCRDEveryStage(t *testing.T) {
 		}
 	}
 }
-
-func ptr[T any](v T) *T { return &v }

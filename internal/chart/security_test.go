@@ -112,7 +112,8 @@ func TestRBAC(t *testing.T) {
 		}
 	}
 	for _, u := range append(objs.Kind("Job"), objs.Kind("Pod")...) {
-		if weight(u) != 0 || u.GetAnnotations()["helm.sh/hook-delete-policy"] != "before-hook-creation,hook-succeeded" {
+		a := u.GetAnnotations()
+		if weight(u) != 0 || a["helm.sh/hook-delete-policy"] != "before-hook-creation,hook-succeeded" || a["helm.sh/hook-output-log-policy"] != "hook-failed" {
 			t.Errorf("%s %s annotations %v", u.GetKind(), u.GetName(), u.GetAnnotations())
 		}
 	}

@@ -192,7 +192,8 @@ var valueCases = []valueCase{{
 			}
 		}
 		pre := job(t, objs, "widget-operator-preflight")
-		if pre == nil || !slices.Equal(pre.Spec.Template.Spec.Containers[0].Args, []string{"upgrade", "preflight", "--to", "initial"}) ||
+		if pre == nil || !slices.Equal(pre.Spec.Template.Spec.Containers[0].Args, []string{"upgrade", "preflight", "--to", "initial",
+			"--webhook-url=https://$(WIDGET_OPERATOR_WEBHOOK_SERVICE_HOST):443/convert"}) || pre.Spec.Template.Spec.EnableServiceLinks == nil || !*pre.Spec.Template.Spec.EnableServiceLinks ||
 			pre.Annotations["helm.sh/hook"] != "pre-install,pre-upgrade,pre-rollback" || *pre.Spec.BackoffLimit != 1 || *pre.Spec.ActiveDeadlineSeconds != 900 {
 			t.Errorf("preflight Job: %+v", pre)
 		}

@@ -121,7 +121,9 @@ Arguments: dict "root" $ "name" container-name "args" (list of widgetctl argumen
 {{- $root := .root -}}
 serviceAccountName: {{ include "widget-operator.hooksName" $root }}
 automountServiceAccountToken: true
-enableServiceLinks: false
+# The preflight reaches the webhook Service by its ClusterIP from the service link variables,
+# as the apiserver does (no cluster DNS needed).
+enableServiceLinks: true
 restartPolicy: Never
 {{- with $root.Values.imagePullSecrets }}
 imagePullSecrets:
@@ -178,4 +180,15 @@ template:
       app.kubernetes.io/component: hooks
   spec:
     {{- include "widget-operator.widgetctlPodSpec" . | nindent 4 }}
+{{- end }}
+
+{{/*
+The conversion webhook's URL for the preflight's probe: the webhook Service's ClusterIP from
+its service link variable, expanded by the kubelet ($(VAR) in args). The probe still verifies
+the certificate for <svc>.<ns>.svc against the CRD's caBundle, and the apiserver, too, calls
+the Service without DNS. Before the Service exists (a first install) there is no CRD to probe.
+*/}}
+{{- define "widget-operator.webhookProbeURL" -}}
+{{- $var := include "widget-operator.webhookServiceName" . | upper | replace "-" "_" | replace "." "_" -}}
+https://$({{ $var }}_SERVICE_HOST):443/convert
 {{- end }}
