@@ -177,9 +177,22 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("register conversion metrics: %w", err)
 	}
-	webhookServer.Register(webhook.ConvertPath, &webhook.ConversionHandler{MaxBodyBytes: opts.MaxConversionBodyBytes, Metrics: convMetrics})
-	webhookServer.Register(webhook.MutatePath, &crwebhook.Admission{Handler: webhook.Defaulter{}})
-	webhookServer.Register(webhook.ValidatePath, &crwebhook.Admission{Handler: webhook.Validator{}})
+	// While draining, answers carry "Connection: close": the apiserver keeps connections to
+	// the webhook Service alive, and a kept-alive connection stays pinned to this pod after
+	// its endpoint is gone (kube-proxy only steers new connections), so it would fail once the
+	// server stops. Closed after each answer, the next request dials again and reaches a pod
+	// that is still ready.
+	closeWhenDraining := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if draining.Load() {
+				w.Header().Set("Connection", "close")
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+	webhookServer.Register(webhook.ConvertPath, closeWhenDraining(&webhook.ConversionHandler{MaxBodyBytes: opts.MaxConversionBodyBytes, Metrics: convMetrics}))
+	webhookServer.Register(webhook.MutatePath, closeWhenDraining(&crwebhook.Admission{Handler: webhook.Defaulter{}}))
+	webhookServer.Register(webhook.ValidatePath, closeWhenDraining(&crwebhook.Admission{Handler: webhook.Validator{}}))
 	// The CRD and migration collectors read at scrape time through the API reader: a GET of
 	// one CRD and a LIST of the progress ConfigMaps in the manager's namespace per scrape,
 	// cheaper than caching ConfigMaps for this alone.

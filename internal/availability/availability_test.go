@@ -1,0 +1,267 @@
+package availability
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/widgetry/widget-operator/api/v1alpha1"
+	"github.com/widgetry/widget-operator/internal/manager"
+	"github.com/widgetry/widget-operator/internal/monitoring"
+	"github.com/widgetry/widget-operator/internal/testenv"
+	"github.com/widgetry/widget-operator/internal/testenv/cluster"
+	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
+)
+
+const (
+	ns      = "widget-system"
+	release = "widget-operator"
+	apps    = "load"
+	rate    = 60 // requests per second, above the issue's 50
+)
+
+// load drives Widgets through v1alpha1 via the apiserver: creates, merge patches and reads in
+// turn. With v1 the storage version every request converts, and writes are admitted by the
+// webhooks: each crosses the webhook Service.
+type load struct {
+	c        client.Client
+	mu       sync.Mutex
+	requests int
+	failures []string
+	worst    time.Duration
+}
+
+func (l *load) run(ctx context.Context) {
+	tick := time.NewTicker(time.Second / rate)
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		case <-tick.C:
+		}
+		wg.Go(func() { l.one(i) })
+	}
+}
+
+func (l *load) one(i int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := fmt.Sprintf("w-%03d", (i/3)%200)
+	start := time.Now()
+	var err error
+	switch i % 3 {
+	case 0:
+		w := &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: apps, Name: name},
+			Spec: v1alpha1.WidgetSpec{Image: "registry.example.com/load:v1", Replicas: ptr.To[int32](0), TimeoutSeconds: ptr.To[int32](30)}}
+		if err = l.c.Create(ctx, w); err != nil && strings.Contains(err.Error(), "already exists") {
+			err = nil
+		}
+	case 1:
+		w := &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: apps, Name: name}}
+		err = l.c.Patch(ctx, w, client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"timeoutSeconds":%d}}`, i%300+1)))
+	default:
+		err = l.c.Get(ctx, client.ObjectKey{Namespace: apps, Name: name}, &v1alpha1.Widget{})
+	}
+	d := time.Since(start)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.requests++
+	l.worst = max(l.worst, d)
+	if err != nil {
+		l.failures = append(l.failures, fmt.Sprintf("%s: %v", time.Now().Format("15:04:05.000"), err))
+	}
+}
+
+func (l *load) snapshot() (int, []string, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.requests, append([]string(nil), l.failures...), l.worst
+}
+
+// TestProductionProof installs the chart (flip-storage: both versions served, v1 stored) and,
+// under a constant load, rolls the manager out three ways and kills its leader; then checks
+// what Prometheus scraped. It prints a report the README quotes.
+func TestProductionProof(t *testing.T) {
+	c := cluster.Start(t)
+	image := filepath.Join(c.Bin, "widget-operator-image.tar")
+	if _, err := os.Stat(image); err != nil {
+		t.Fatalf("%s is missing: make image", image)
+	}
+	c.StartCertManager(t)
+	c.ImportImage(t, image)
+	c.Kubectl(t, "create", "namespace", ns)
+	c.Kubectl(t, "label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
+	c.Kubectl(t, "create", "namespace", apps)
+	chart := filepath.Join(c.Root, "charts", release)
+	helm := func(args ...string) string { return c.Run(t, filepath.Join(c.Bin, "helm3"), append(args, "-n", ns)...) }
+	start := time.Now()
+	helm("install", release, chart, "--set", "image.tag=dev", "--set", "apiUpgrade.stage=flip-storage", "--wait", "--timeout", "5m")
+	t.Logf("helm install --wait: %s", time.Since(start).Round(time.Second))
+
+	k, err := client.New(c.Config, client.Options{Scheme: widgetenv.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l := &load{c: k}
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	loadDone := make(chan struct{})
+	go func() { l.run(loadCtx); close(loadDone) }()
+	defer func() { stopLoad(); <-loadDone }()
+	time.Sleep(5 * time.Second)
+
+	report := map[string]string{}
+	step := func(name string, do func()) {
+		t.Helper()
+		before, failedBefore, _ := l.snapshot()
+		s := time.Now()
+		do()
+		after, failed, _ := l.snapshot()
+		report[name] = fmt.Sprintf("%s, %d requests, %d failed", time.Since(s).Round(time.Second), after-before, len(failed)-len(failedBefore))
+		t.Logf("%s: %s", name, report[name])
+		if newFailures := failed[len(failedBefore):]; len(newFailures) > 0 {
+			t.Logf("first failures during %s:\n%s", name, strings.Join(newFailures[:min(5, len(newFailures))], "\n"))
+		}
+	}
+	step("kubectl rollout restart", func() {
+		c.Kubectl(t, "-n", ns, "rollout", "restart", "deploy/"+release)
+		c.Kubectl(t, "-n", ns, "rollout", "status", "deploy/"+release, "--timeout=5m")
+	})
+	step("helm upgrade of the pod template", func() {
+		helm("upgrade", release, chart, "--reuse-values", "--set-string", "podAnnotations.proof="+fmt.Sprint(time.Now().Unix()), "--wait", "--timeout", "5m")
+	})
+	var renewal time.Duration
+	step("forced certificate renewal", func() {
+		secret := release + "-serving-cert"
+		old := &corev1.Secret{}
+		if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: secret}, old); err != nil {
+			t.Fatal(err)
+		}
+		s := time.Now()
+		c.Kubectl(t, "-n", ns, "delete", "secret", secret)
+		testenv.Eventually(t, 2*time.Minute, "a new serving certificate", func() error {
+			cur := &corev1.Secret{}
+			if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: secret}, cur); err != nil {
+				return err
+			}
+			if string(cur.Data["tls.crt"]) == string(old.Data["tls.crt"]) {
+				return fmt.Errorf("not reissued yet")
+			}
+			return nil
+		})
+		c.Kubectl(t, "-n", ns, "wait", "--for=condition=Ready", "certificate/"+release+"-serving-cert", "--timeout=2m")
+		renewal = time.Since(s)
+		time.Sleep(10 * time.Second) // keep the load on while the replicas reload the files
+	})
+	report["time to Ready after renewal"] = renewal.Round(100 * time.Millisecond).String()
+	var handover time.Duration
+	step("leader pod deleted", func() {
+		leader := holder(t, k)
+		s := time.Now()
+		c.Kubectl(t, "-n", ns, "delete", "pod", leader, "--wait=false")
+		testenv.Eventually(t, 2*time.Minute, "a new leader", func() error {
+			if h := holder(t, k); h == "" || h == leader {
+				return fmt.Errorf("holder %q", h)
+			}
+			return nil
+		})
+		handover = time.Since(s)
+		c.Kubectl(t, "-n", ns, "rollout", "status", "deploy/"+release, "--timeout=5m")
+	})
+	report["leader handover"] = handover.Round(100*time.Millisecond).String() + " (lease 15s, retry 2s: the deleted pod releases its lease on SIGTERM)"
+	stopLoad()
+	<-loadDone
+	requests, failures, worst := l.snapshot()
+	report["total"] = fmt.Sprintf("%d requests at %d/s through v1alpha1, %d failed, worst latency %s", requests, rate, len(failures), worst.Round(time.Millisecond))
+	b, _ := json.MarshalIndent(report, "", "  ")
+	t.Logf("production proof report:\n%s", b)
+	if len(failures) > 0 {
+		t.Errorf("%d requests failed; first: %v", len(failures), failures[:min(5, len(failures))])
+	}
+	if handover > 15*time.Second+2*2200*time.Millisecond {
+		t.Errorf("leader handover took %s, more than the lease duration plus two jittered retry periods", handover)
+	}
+
+	checkMonitoring(t, c)
+}
+
+// holder is the Lease's holder: the chart sets the identity to the pod name.
+func holder(t *testing.T, k client.Client) string {
+	t.Helper()
+	lease := &coordinationv1.Lease{}
+	if err := k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: manager.LeaderElectionID}, lease); err != nil {
+		return ""
+	}
+	return ptr.Deref(lease.Spec.HolderIdentity, "")
+}
+
+// checkMonitoring: Prometheus finds the manager pods through service discovery, scrapes them
+// with a token the chart's metrics-reader ClusterRole authorizes, and every dashboard query
+// evaluates with the key panels returning data.
+func checkMonitoring(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	c.Kubectl(t, "-n", ns, "create", "serviceaccount", "prometheus")
+	c.Kubectl(t, "create", "clusterrolebinding", "prometheus-widget-metrics", "--clusterrole="+release+"-metrics-reader", "--serviceaccount="+ns+":prometheus")
+	token := filepath.Join(c.Dir, "prometheus-token")
+	if err := os.WriteFile(token, []byte(strings.TrimSpace(c.Kubectl(t, "-n", ns, "create", "token", "prometheus", "--duration=1h"))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := c.StartPrometheus(t, fmt.Sprintf(`- job_name: %s
+  scheme: https
+  authorization: {credentials_file: %s}
+  tls_config: {insecure_skip_verify: true}
+  kubernetes_sd_configs: [{role: pod, kubeconfig_file: %s, namespaces: {names: [%s]}}]
+  relabel_configs:
+  - {source_labels: [__meta_kubernetes_pod_label_app_kubernetes_io_name], regex: widget-operator, action: keep}
+  - {source_labels: [__meta_kubernetes_pod_container_port_name], regex: metrics, action: keep}
+  - {source_labels: [__meta_kubernetes_namespace], target_label: namespace}
+  - {source_labels: [__meta_kubernetes_pod_name], target_label: pod}`, monitoring.DefaultJob, token, c.Kubeconfig, ns))
+	job := `job="` + monitoring.DefaultJob + `"`
+	p.WaitFor(t, `up{`+job+`} == 1`, 2, 2*time.Minute)
+	// Some traffic after the first scrape, so rates have two samples to compare.
+	k, err := client.New(c.Config, client.Options{Scheme: widgetenv.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		_ = k.List(context.Background(), &v1alpha1.WidgetList{}, client.InNamespace(apps))
+		time.Sleep(500 * time.Millisecond)
+	}
+	for _, key := range []string{
+		`sum(rate(widget_conversion_requests_total{` + job + `}[1m])) > 0`,
+		`sum(leader_election_master_status{` + job + `}) == 1`,
+		`widget_webhook_certificate_expiry_timestamp_seconds{` + job + `} > time()`,
+		`widget_crd_version_info{` + job + `,version="v1",storage="true"}`,
+		`sum(controller_runtime_reconcile_total{` + job + `,controller="widget"}) > 0`,
+	} {
+		p.WaitFor(t, key, 1, time.Minute)
+	}
+	exprs, err := monitoring.DashboardQueries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	grafana := strings.NewReplacer(`job="$job"`, job, `namespace=~"$namespace"`, `namespace=~".*"`, "$__rate_interval", "1m")
+	for where, list := range exprs {
+		for _, e := range list {
+			if _, err := p.Query(context.Background(), grafana.Replace(e)); err != nil {
+				t.Errorf("%s: %v\n%s", where, err, e)
+			}
+		}
+	}
+}
