@@ -47,7 +47,8 @@ import (
 // also reports the p99 latency of the apiserver's Widget requests during the run
 // (apiserver_request_duration_seconds, delta of its /metrics before and after). The trim is
 // left out (one request). Each run re-encodes all objects once: use -benchtime 1x. The
-// ratios a/b and a/d are logged per run; scripts/migrate-bench-ratios.sh averages them.
+// ratios a/b and a/d are logged with -v; scripts/migrate-bench-ratios.sh prints the means
+// and ratios of a whole `make bench` output.
 func BenchmarkReencode(b *testing.B) {
 	n := envInt(b, "WIDGET_MIGRATE_BENCH_OBJECTS", 2000)
 	sample := min(n, envInt(b, "WIDGET_MIGRATE_BENCH_SAMPLE", 500))

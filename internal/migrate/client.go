@@ -60,7 +60,7 @@ func objectKey(namespace, name string) string {
 // clientRun is the state of one client-backend run.
 type clientRun struct {
 	*run
-	live     Counts // this run's outcomes so far, read with atomics
+	live     Counts // this run's outcomes so far, under liveMu
 	liveMu   sync.Mutex
 	total    atomic.Int64
 	firstErr atomic.Pointer[error]
@@ -90,7 +90,10 @@ func (r *run) runClient(ctx context.Context) error {
 	}
 
 	checkpointed := make(chan error, 1)
-	go func() { checkpointed <- cr.checkpoint(ctx, done) }()
+	go func() {
+		// A failed write (e.g. another migrator took the progress object over) stops the run.
+		checkpointed <- cr.checkpoint(ctx, done, cancel)
+	}()
 	stopReports := cr.reportPeriodically()
 
 	listErr := cr.list(ctx, work, done)
@@ -290,7 +293,7 @@ const checkpointMinInterval = 500 * time.Millisecond
 // checkpoint advances the progress object over pages finished in order, until done is
 // closed. Its writes use their own context so that the last checkpoint of an interrupted
 // run is still recorded.
-func (cr *clientRun) checkpoint(ctx context.Context, done <-chan *page) error {
+func (cr *clientRun) checkpoint(ctx context.Context, done <-chan *page, stop context.CancelCauseFunc) error {
 	finished := map[int]*page{}
 	next, frozen, dirty := 0, false, false
 	var lastWrite time.Time
@@ -304,6 +307,7 @@ func (cr *clientRun) checkpoint(ctx context.Context, done <-chan *page) error {
 		defer cancel()
 		if err := cr.store.save(wctx, &cr.p); err != nil {
 			firstErr = err
+			stop(err)
 			return
 		}
 		dirty, lastWrite = false, time.Now()

@@ -149,6 +149,33 @@ widget_migration_objects_total{crd="widgets.widgetry.io",result="not_found"} 0
 			t.Errorf("storedVersions %v, want [v1]", got)
 		}
 	})
+	t.Run("two migrators at once: one stops, the other finishes", func(t *testing.T) {
+		widgetenv.SetStorageVersion(t, env, "v1alpha1", probeNamespace)
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() {
+				_, err := newMigrator(t, env).Migrate(ctx, migrate.Options{CRD: crd.WidgetName, ProgressNamespace: progressNamespace, Backend: migrate.BackendClient})
+				errs <- err
+			}()
+		}
+		failed := 0
+		for range 2 {
+			if err := <-errs; err != nil {
+				failed++
+				if !strings.Contains(err.Error(), "another migration of CRD widgets.widgetry.io is probably running") {
+					t.Errorf("the losing migrator says %v", err)
+				}
+			}
+		}
+		if failed > 1 {
+			t.Errorf("both migrators failed")
+		}
+		assertStoredIn(t, env, "fleet", "v1alpha1", n)
+		if got := storedVersions(t, env); !slices.Equal(got, []string{"v1alpha1"}) {
+			t.Errorf("storedVersions %v, want [v1alpha1]", got)
+		}
+	})
+
 	t.Run("drop the managedFields entries of v1alpha1", func(t *testing.T) {
 		withEntries := func() (n int) {
 			for _, w := range readViews(t, env, "fleet").hub {
