@@ -41,8 +41,8 @@ first, then run migrate --to it: --to only checks that VERSION is the storage ve
 Backends: client rewrites from this process (empty merge patches carrying each object's
 resourceVersion; conflicts and deletions are counted, not retried); in-tree creates a
 storagemigration.k8s.io/v1 StorageVersionMigration for kube-controller-manager, which trims
-storedVersions itself; auto uses in-tree only when its controller picks the migration up
-within --in-tree-probe-timeout, else client.
+storedVersions itself (fails if no controller picks the migration up within
+--in-tree-probe-timeout); auto uses in-tree only when its controller does, else client.
 
 Progress is kept in the ConfigMap widget-migration-<crd> in --progress-namespace: a killed
 migration resumes where it stopped when run again. The operator's manager exports it as
@@ -63,7 +63,7 @@ the widget_migration_* metrics.`,
 	fl.StringVar(&f.progressNamespace, "progress-namespace", "", "namespace of the progress ConfigMap (default: the context's namespace; the release namespace in a cluster)")
 	fl.Int64Var(&f.pageSize, "page-size", migrate.DefaultPageSize, "objects per LIST page")
 	fl.Int64Var(&f.maxErrors, "max-errors", migrate.DefaultMaxErrors, "stop after this many objects failed")
-	fl.DurationVar(&f.inTreeProbeTimeout, "in-tree-probe-timeout", migrate.DefaultInTreeProbeTimeout, "auto: how long to wait for kube-controller-manager to pick up the in-tree migration")
+	fl.DurationVar(&f.inTreeProbeTimeout, "in-tree-probe-timeout", migrate.DefaultInTreeProbeTimeout, "how long to wait for kube-controller-manager to pick up an in-tree migration (then auto falls back to client, in-tree fails)")
 	fl.DurationVar(&f.inTreeTimeout, "in-tree-timeout", 0, "in-tree: give up waiting after this long (0: no limit); the migration keeps running in the cluster")
 	return cmd
 }
