@@ -55,8 +55,10 @@ type ProgressCollector struct {
 }
 
 // NewProgressCollector returns a collector reading progress ConfigMaps (label
-// ProgressLabel=true) in namespace through reader. With a cached controller-runtime client
-// the manager needs list/watch on ConfigMaps in that namespace.
+// ProgressLabel=true) in namespace through reader. The manager should pass
+// mgr.GetAPIReader(): one small LIST per scrape, needing only `list configmaps` in its own
+// namespace, whereas its cached client would start a ConfigMap informer (cluster-wide unless
+// the cache is restricted) just for this.
 func NewProgressCollector(reader client.Reader, namespace string) *ProgressCollector {
 	return &ProgressCollector{reader: reader, namespace: namespace, log: logr.Discard()}
 }
