@@ -20,14 +20,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/controller"
-	"github.com/widgetry/widget-operator/internal/conversion"
-	"github.com/widgetry/widget-operator/internal/conversion/conversiontest"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/cluster"
@@ -83,8 +79,7 @@ type e2e struct {
 	chart string
 	cl    client.Client
 	ns    string // where the walk's Widgets live
-	// want is the last written spec of every Widget, as the hub sees it.
-	want map[string]v1.WidgetSpec
+	fleet *widgetenv.Fleet
 }
 
 func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string) {
@@ -96,7 +91,8 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string) {
 		t.Fatal(err)
 	}
 	chart, _ := filepath.Abs(chartDir)
-	w := &e2e{t: t, c: c, helm: helm, chart: chart, cl: cl, ns: widgetNamespace, want: map[string]v1.WidgetSpec{}}
+	w := &e2e{t: t, c: c, helm: helm, chart: chart, cl: cl, ns: widgetNamespace,
+		fleet: &widgetenv.Fleet{Client: cl, Namespace: widgetNamespace, N: objectsPerWalk()}}
 	ensureNamespace(t, c, widgetNamespace)
 
 	start := time.Now()
@@ -176,8 +172,8 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string) {
 	if err := w.cl.List(t.Context(), list, client.InNamespace(w.ns)); err != nil {
 		t.Fatal(err)
 	}
-	if len(list.Items) != len(w.want) {
-		t.Errorf("%d Widgets after uninstall, want %d", len(list.Items), len(w.want))
+	if len(list.Items) != w.fleet.Len() {
+		t.Errorf("%d Widgets after uninstall, want %d", len(list.Items), w.fleet.Len())
 	}
 	var kept []string
 	for _, o := range list.Items {
@@ -201,7 +197,7 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string) {
 			len(kept), len(list.Items), controller.Finalizer)
 	}
 	// With no controller left, deleting a Widget completes.
-	victim := &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "w-000"}}
+	victim := &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: w.fleet.Name(0)}}
 	if err := w.cl.Delete(t.Context(), victim); err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +208,7 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string) {
 		}
 		return fmt.Errorf("still there (finalizers %v): %v", victim.Finalizers, err)
 	})
-	delete(w.want, "w-000")
+	w.fleet.Forget("w-000")
 }
 
 func (w *e2e) runHelm(args ...string) (string, error) {
@@ -308,132 +304,17 @@ func objectsPerWalk() int {
 	return 24
 }
 
-func served(stage crd.Stage) []string {
-	switch stage {
-	case crd.StageInitial:
-		return []string{"v1alpha1"}
-	case crd.StageUnserve:
-		return []string{"v1"}
-	}
-	return []string{"v1alpha1", "v1"}
-}
-
-// write creates (first round) or updates every Widget, alternating the served versions; v1
-// writes set what only v1 has (paused, fractional timeouts, endpoint maps). Sizes are 0: the
-// walk is about the API, not the Widgets' pods.
+// write and verify run the walk's Fleet at stage, failing the test on error.
 func (w *e2e) write(stage crd.Stage, round int) {
 	w.t.Helper()
-	ctx := w.t.Context()
-	versions := served(stage)
-	for i := range objectsPerWalk() {
-		name := fmt.Sprintf("w-%03d", i)
-		version := versions[(i+round)%len(versions)]
-		_, exists := w.want[name]
-		image := fmt.Sprintf("registry.example.com/w:r%d", round)
-		err := retryOnConflict(func() error {
-			if version == "v1alpha1" {
-				obj := &v1alpha1.Widget{}
-				if exists {
-					if err := w.cl.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: name}, obj); err != nil {
-						return err
-					}
-				} else {
-					obj.Namespace, obj.Name = w.ns, name
-					obj.Spec.TimeoutSeconds = ptr.To(int32(i%300 + 1))
-					obj.Spec.Endpoints = []v1alpha1.Endpoint{{Name: "http", Port: 8080}}
-				}
-				obj.Spec.Image, obj.Spec.Replicas = image, ptr.To[int32](0)
-				var err error
-				if exists {
-					err = w.cl.Update(ctx, obj)
-				} else {
-					err = w.cl.Create(ctx, obj)
-				}
-				if err != nil {
-					return err
-				}
-				hub := &v1.Widget{}
-				if err := conversion.ConvertWidgetToHub(ctx, obj, hub); err != nil {
-					return err
-				}
-				w.want[name] = hub.Spec
-				return nil
-			}
-			obj := &v1.Widget{}
-			if exists {
-				if err := w.cl.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: name}, obj); err != nil {
-					return err
-				}
-			} else {
-				obj.Namespace, obj.Name = w.ns, name
-			}
-			obj.Spec.Image, obj.Spec.Size = image, ptr.To[int32](0)
-			obj.Spec.Paused = round%2 == 1
-			obj.Spec.Timeout = ptr.To(fmt.Sprintf("%d.%ds", i%50+1, round%10))
-			obj.Spec.Endpoints = map[string]v1.EndpointSpec{"http": {Port: 8080}, fmt.Sprintf("r%d", round): {Port: int32(9000 + round)}}
-			var err error
-			if exists {
-				err = w.cl.Update(ctx, obj)
-			} else {
-				err = w.cl.Create(ctx, obj)
-			}
-			if err == nil {
-				w.want[name] = obj.Spec
-			}
-			return err
-		})
-		if err != nil {
-			w.t.Fatalf("%s: write %s through %s: %v", stage, name, version, err)
-		}
+	if err := w.fleet.Write(w.t.Context(), widgetenv.Served(stage), round); err != nil {
+		w.t.Fatalf("%s: %v", stage, err)
 	}
 }
 
-// verify reads every Widget through every served version and compares it with what was last
-// written: 0 lost or changed fields.
 func (w *e2e) verify(stage crd.Stage) {
 	w.t.Helper()
-	ctx := w.t.Context()
-	for _, version := range served(stage) {
-		got := map[string]v1.WidgetSpec{}
-		if version == "v1" {
-			list := &v1.WidgetList{}
-			if err := w.cl.List(ctx, list, client.InNamespace(w.ns)); err != nil {
-				w.t.Fatalf("%s: list through v1: %v", stage, err)
-			}
-			for _, o := range list.Items {
-				got[o.Name] = o.Spec
-			}
-		} else {
-			list := &v1alpha1.WidgetList{}
-			if err := w.cl.List(ctx, list, client.InNamespace(w.ns)); err != nil {
-				w.t.Fatalf("%s: list through v1alpha1: %v", stage, err)
-			}
-			for i := range list.Items {
-				hub := &v1.Widget{}
-				if err := conversion.ConvertWidgetToHub(ctx, &list.Items[i], hub); err != nil {
-					w.t.Fatal(err)
-				}
-				got[list.Items[i].Name] = hub.Spec
-			}
-		}
-		if len(got) != len(w.want) {
-			w.t.Fatalf("%s: %d Widgets through %s, want %d", stage, len(got), version, len(w.want))
-		}
-		for name, want := range w.want {
-			if d := conversiontest.Diff(want, got[name]); d != "" {
-				w.t.Fatalf("%s: %s read through %s differs from what was last written %s", stage, name, version, d)
-			}
-		}
-	}
-}
-
-// retryOnConflict retries write while the controller's own updates race it.
-func retryOnConflict(write func() error) error {
-	for attempt := 0; ; attempt++ {
-		err := write()
-		if err == nil || !apierrors.IsConflict(err) || attempt >= 5 {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := w.fleet.Verify(w.t.Context(), widgetenv.Served(stage)); err != nil {
+		w.t.Fatalf("%s: %v", stage, err)
 	}
 }
