@@ -123,7 +123,7 @@ var valueCases = []valueCase{{
 			t.Errorf("topology spread: %+v", pod.TopologySpreadConstraints)
 		}
 		c := pod.Containers[0]
-		if c.Image != "localhost/widget-operator:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
+		if c.Image != "localhost/widget-operator:dev" || c.ImagePullPolicy != corev1.PullIfNotPresent {
 			t.Errorf("image %s %s", c.Image, c.ImagePullPolicy)
 		}
 		if c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.StartupProbe == nil {
