@@ -58,7 +58,7 @@ image: build ## Pack bin/widget-manager and bin/widgetctl into a from-scratch im
 	@echo "load it with: ctr -n k8s.io images import $(IMAGE_TAR), docker load -i $(IMAGE_TAR) or kind load image-archive $(IMAGE_TAR)"
 
 .PHONY: test
-test: tools ## Run every test: unit, envtest and end-to-end (end-to-end needs root).
+test: tools image ## Run every test: unit, envtest and end-to-end (end-to-end needs root; it installs the image).
 	go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-conversion
