@@ -8,41 +8,16 @@ import (
 	"testing"
 	"time"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/conversion/conversiontest"
-	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/testenv"
-	"github.com/widgetry/widget-operator/internal/testenv/testcerts"
-	"github.com/widgetry/widget-operator/internal/webhook"
+	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
-
-// widgetScheme is client-go's scheme plus both Widget versions.
-func widgetScheme() *runtime.Scheme {
-	s := testenv.DefaultScheme()
-	utilruntime.Must(v1.AddToScheme(s))
-	utilruntime.Must(v1alpha1.AddToScheme(s))
-	return s
-}
-
-// startWithConversionWebhook boots envtest with the Widget CRD (storage version given)
-// converting through a ConversionHandler served over TLS with a CA made by the test.
-func startWithConversionWebhook(t *testing.T, storage string) *testenv.Env {
-	t.Helper()
-	url, ca := testcerts.Serve(t, &webhook.ConversionHandler{})
-	c := crd.WithWebhookConversion(crd.Widget(), apiextensionsv1.WebhookClientConfig{URL: ptr.To(url + "/convert"), CABundle: ca.PEM})
-	if err := crd.SetStorageVersion(c, storage); err != nil {
-		t.Fatal(err)
-	}
-	return testenv.Start(t, testenv.Options{CRDs: []*apiextensionsv1.CustomResourceDefinition{c}, Scheme: widgetScheme()})
-}
 
 func createNamespace(t *testing.T, env *testenv.Env, name string) {
 	t.Helper()
@@ -54,7 +29,7 @@ func createNamespace(t *testing.T, env *testenv.Env, name string) {
 // TestConversionThroughAPIServer drives the real kube-apiserver through the webhook: every
 // read and write of the other version converts.
 func TestConversionThroughAPIServer(t *testing.T) {
-	env := startWithConversionWebhook(t, "v1")
+	env := widgetenv.StartWithConversionWebhook(t, "v1", testenv.Options{})
 	ctx := context.Background()
 	c := env.Client
 	createNamespace(t, env, "conv")
