@@ -116,6 +116,10 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string) {
 	if after := w.crd(); !equality.Semantic.DeepEqual(before.Spec, after.Spec) || after.ResourceVersion != before.ResourceVersion {
 		t.Error("the refused upgrade changed the CRD")
 	}
+	// The failed hook's Job and pod stay for kubectl logs (hook-delete-policy keeps failures).
+	if logs := w.c.Kubectl(t, "-n", releaseNamespace, "logs", "job/widget-operator-preflight"); !strings.Contains(logs, "add-version") {
+		t.Errorf("kubectl logs of the failed preflight Job:\n%s", logs)
+	}
 	w.verify(crd.StageInitial)
 
 	for _, stage := range crd.Stages[1:] {
