@@ -35,7 +35,7 @@ func TestReleaseOnAPIServer(t *testing.T) {
 	cmCRDs := filepath.Join(root, "bin", "cert-manager-crds")
 	for _, d := range []string{pomCRDs, cmCRDs} {
 		if _, err := os.Stat(d); err != nil {
-			t.Skipf("%s is missing (scripts/toolchain.sh cert-manager kubeconform)", d)
+			t.Fatalf("%s is missing: scripts/toolchain.sh cert-manager kubeconform (make tools)", d)
 		}
 	}
 	env := testenv.Start(t, testenv.Options{CRDDirectoryPaths: []string{cmCRDs, pomCRDs}})

@@ -187,18 +187,12 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string) {
 	}
 	w.verify(crd.StageInitial)
 	if len(kept) > 0 {
-		// Known defect (reported with the chart, issue 10): the pre-delete hook's
-		// widgetctl cleanup-finalizers runs while the controller still runs (the webhooks
-		// must, or the patches are refused), and the controller adds the finalizer back.
-		// cleanup-finalizers has to fence the controller first (e.g. hold its
-		// leader-election Lease until the leader stepped down). Strip the finalizer here so
-		// the next walk starts clean, and say so without failing the walk's other proofs.
-		for _, name := range kept {
-			w.c.Kubectl(t, "-n", w.ns, "patch", "widgets.v1alpha1.widgetry.io", name, "--type=json",
-				"-p", `[{"op":"remove","path":"/metadata/finalizers"}]`)
-		}
-		t.Skipf("KNOWN DEFECT: %d of %d Widgets kept %s after helm uninstall: the controller re-added it after the pre-delete hook removed it",
-			len(kept), len(list.Items), controller.Finalizer)
+		t.Fatalf("%d of %d Widgets kept %s after helm uninstall (the pre-delete hook pauses the controller, then removes it): %v",
+			len(kept), len(list.Items), controller.Finalizer, kept)
+	}
+	// The catalog went with the release.
+	if out := w.c.Kubectl(t, "-n", releaseNamespace, "get", "configmaps", "-l", controller.CatalogLabel+"=true", "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Errorf("catalog entries left after uninstall:\n%s", out)
 	}
 	// With no controller left, deleting a Widget completes.
 	victim := &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: w.fleet.Name(0)}}

@@ -202,7 +202,8 @@ var valueCases = []valueCase{{
 		}
 		cl := job(t, objs, "widget-operator-cleanup-finalizers")
 		if cl == nil || cl.Annotations["helm.sh/hook"] != "pre-delete" ||
-			!slices.Equal(cl.Spec.Template.Spec.Containers[0].Args, []string{"cleanup-finalizers", "--crd", "widgets.widgetry.io", "--finalizer", "widgetry.io/catalog-cleanup"}) {
+			!slices.Equal(cl.Spec.Template.Spec.Containers[0].Args, []string{"cleanup-finalizers", "--crd", "widgets.widgetry.io", "--finalizer", "widgetry.io/catalog-cleanup",
+				"--operator-namespace", "widget-system", "--operator-deployment", "widget-operator"}) {
 			t.Errorf("cleanup Job: %+v", cl)
 		}
 		test := objs.Get("Pod", "widget-operator-selftest")

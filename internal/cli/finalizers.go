@@ -1,10 +1,16 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -13,25 +19,39 @@ import (
 	"github.com/widgetry/widget-operator/internal/finalizers"
 )
 
+// cleanupSettle is how long the manager gets to see the pause marker before the finalizers
+// are removed; the passes after it catch a reconcile that was already under way.
+const cleanupSettle = 2 * time.Second
+
 // NewCleanupFinalizersCommand builds `widgetctl cleanup-finalizers`, the chart's pre-delete hook.
 func NewCleanupFinalizersCommand(g *GlobalOptions) *cobra.Command {
-	var crdName, finalizer string
+	var crdName, finalizer, operatorNamespace, operatorDeployment string
+	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "cleanup-finalizers",
 		Short: "Remove a finalizer from every object of a CRD (the chart runs it on uninstall)",
 		Long: `With the operator uninstalled nothing would remove the widgetry.io/catalog-cleanup
 finalizer, and deleting a Widget, or its namespace, would hang in Terminating. The chart's
-pre-delete hook runs this; the catalog itself goes with the release.`,
+pre-delete hook runs this while the manager still serves its webhooks. With
+--operator-namespace and --operator-deployment it first pauses the controller (a marker
+ConfigMap owned by the manager's Deployment, so it goes with the release), which would
+otherwise add the finalizer straight back, and afterwards deletes the catalog entries.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if crdName == "" || finalizer == "" {
 				return refused(errors.New("--crd and --finalizer are required"))
 			}
+			if (operatorNamespace == "") != (operatorDeployment == "") {
+				return refused(errors.New("--operator-namespace and --operator-deployment go together"))
+			}
 			rc, err := g.RESTConfig()
 			if err != nil {
 				return err
 			}
-			c, err := client.New(rc, client.Options{Scheme: upgradeScheme()})
+			s := runtime.NewScheme()
+			utilruntime.Must(clientgoscheme.AddToScheme(s))
+			utilruntime.Must(apiextensionsv1.AddToScheme(s))
+			c, err := client.New(rc, client.Options{Scheme: s})
 			if err != nil {
 				return err
 			}
@@ -39,12 +59,51 @@ pre-delete hook runs this; the catalog itself goes with the release.`,
 			if err != nil {
 				return err
 			}
-			n, err := finalizers.RemoveFromAll(cmd.Context(), c, md, crdName, finalizer)
-			fmt.Fprintf(g.Stdout, "removed %s from %d object(s) of %s\n", finalizer, n, crdName)
-			return err
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			if operatorNamespace != "" {
+				if err := controller.PauseReconciliation(ctx, c, operatorNamespace, operatorDeployment); err != nil {
+					return err
+				}
+				fmt.Fprintf(g.Stdout, "paused the controller (%s/%s)\n", operatorNamespace, controller.PausedConfigMap)
+				time.Sleep(cleanupSettle)
+			}
+			total, err := removeUntilStable(ctx, c, md, crdName, finalizer)
+			fmt.Fprintf(g.Stdout, "removed %s from %d object(s) of %s\n", finalizer, total, crdName)
+			if err != nil {
+				return err
+			}
+			if operatorNamespace != "" {
+				n, err := controller.DeleteCatalog(ctx, c, operatorNamespace)
+				fmt.Fprintf(g.Stdout, "deleted %d catalog entr(ies) in %s\n", n, operatorNamespace)
+				return err
+			}
+			return nil
 		},
 	}
-	cmd.Flags().StringVar(&crdName, "crd", crd.WidgetName, "name of the CustomResourceDefinition")
-	cmd.Flags().StringVar(&finalizer, "finalizer", controller.Finalizer, "the finalizer to remove")
+	fl := cmd.Flags()
+	fl.StringVar(&crdName, "crd", crd.WidgetName, "name of the CustomResourceDefinition")
+	fl.StringVar(&finalizer, "finalizer", controller.Finalizer, "the finalizer to remove")
+	fl.StringVar(&operatorNamespace, "operator-namespace", "", "the operator's namespace: pause its controller first and delete its catalog entries after")
+	fl.StringVar(&operatorDeployment, "operator-deployment", "", "the manager's Deployment, which owns the pause marker")
+	fl.DurationVar(&timeout, "timeout", 5*time.Minute, "give up after this long")
 	return cmd
+}
+
+// removeUntilStable removes the finalizer in passes until a pass finds none left: a
+// reconcile under way when the controller was paused may still add it once.
+func removeUntilStable(ctx context.Context, c client.Reader, md metadata.Interface, crdName, finalizer string) (int, error) {
+	total := 0
+	for pass := 1; ; pass++ {
+		n, err := finalizers.RemoveFromAll(ctx, c, md, crdName, finalizer)
+		total += n
+		if err != nil || (n == 0 && pass > 1) {
+			return total, err
+		}
+		select {
+		case <-ctx.Done():
+			return total, fmt.Errorf("the finalizer keeps coming back (is the controller paused?): %w", ctx.Err())
+		case <-time.After(cleanupSettle):
+		}
+	}
 }

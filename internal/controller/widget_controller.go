@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -151,6 +152,10 @@ func catalogEntryToWidget(_ context.Context, o client.Object) []reconcile.Reques
 
 // Reconcile brings one Widget's children, catalog entry and status in line with its spec.
 func (r *WidgetReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+	if paused, err := r.paused(ctx); err != nil || paused {
+		// Paused for uninstall: look again later in case the pause is lifted by hand.
+		return ctrl.Result{RequeueAfter: 30 * time.Second}, err
+	}
 	sv := r.currentStorage()
 	obj := sv.newObject()
 	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {

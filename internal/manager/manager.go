@@ -316,8 +316,8 @@ func leaseLock(cfg *rest.Config, opts Options) (resourcelock.Interface, error) {
 		resourcelock.ResourceLockConfig{Identity: opts.LeaderElectionIdentity})
 }
 
-// controllerCache caches only what the controller reads: its children and catalog entries
-// by label, the Widget CRD by name, so memory stays flat as the cluster grows.
+// controllerCache caches only what the controller reads: its children, its catalog entries
+// and pause marker by label, the Widget CRD by name, so memory stays flat as the cluster grows.
 func controllerCache(namespace string) cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{controller.ManagedByLabel: controller.ManagedByValue})
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
@@ -325,7 +325,7 @@ func controllerCache(namespace string) cache.Options {
 		&corev1.Service{}:    {Label: managed},
 		&corev1.ConfigMap{}: {
 			Namespaces: map[string]cache.Config{namespace: {}},
-			Label:      labels.SelectorFromSet(labels.Set{controller.CatalogLabel: "true"}),
+			Label:      managed,
 		},
 		&apiextensionsv1.CustomResourceDefinition{}: {Field: fields.OneTermEqualSelector("metadata.name", crd.WidgetName)},
 	}}
