@@ -158,7 +158,10 @@ func (r *WidgetReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	sv := r.currentStorage()
 	obj := sv.newObject()
-	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
+	// Read past the cache: applying children from a stale copy that does not show a
+	// deletion yet would put back the owner references the garbage collector has just
+	// removed for an orphan deletion, and the collector would then delete those children.
+	if err := r.APIReader.Get(ctx, req.NamespacedName, obj); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	w, err := sv.toHub(obj)

@@ -63,7 +63,10 @@ func catalogEntry(c client.Client, ns, name string) error {
 // three deletion propagation policies, and the finalizer with the operator down.
 func TestWidgetLifecycle(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{Scheme: widgetenv.Scheme()})
-	op := widgetenv.Setup(t, env, crd.StageAddVersion)
+	// Stage flip-storage: both versions served and v1 stored, so deleting through v1 works
+	// even with the operator (and its conversion webhook) down. Owner references through
+	// v1alpha1 at earlier stages are TestControllerFollowsStages' subject.
+	op := widgetenv.Setup(t, env, crd.StageFlipStorage)
 	// Started after the CRD exists, so the garbage collector knows Widgets from the start
 	// rather than after its next discovery resync.
 	env.StartControllerManager(t)
@@ -84,7 +87,7 @@ func TestWidgetLifecycle(t *testing.T) {
 		if err := c.Get(ctx, key("apps", "shop"), svc); err != nil {
 			return err
 		}
-		return errors.Join(ownedBy(dep, w, "widgetry.io/v1alpha1"), ownedBy(svc, w, "widgetry.io/v1alpha1"))
+		return errors.Join(ownedBy(dep, w, "widgetry.io/v1"), ownedBy(svc, w, "widgetry.io/v1"))
 	})
 	if *dep.Spec.Replicas != 2 || len(dep.Spec.Template.Spec.Containers[0].Ports) != 2 || len(svc.Spec.Ports) != 2 || svc.Spec.Ports[0].Name != "admin" {
 		t.Errorf("children do not follow the spec: replicas %d, container ports %v, service ports %v", *dep.Spec.Replicas, dep.Spec.Template.Spec.Containers[0].Ports, svc.Spec.Ports)
@@ -104,13 +107,15 @@ func TestWidgetLifecycle(t *testing.T) {
 	})
 
 	t.Run("observedGeneration follows a spec change made through v1", func(t *testing.T) {
-		hub := &v1.Widget{}
-		if err := c.Get(ctx, key("apps", "shop"), hub); err != nil {
-			t.Fatal(err)
-		}
-		hub.Spec.Size = ptr.To[int32](3)
-		hub.Spec.Paused = true
-		if err := c.Update(ctx, hub); err != nil {
+		if err := retryConflict(func() error { // the controller writes the Widget too
+			hub := &v1.Widget{}
+			if err := c.Get(ctx, key("apps", "shop"), hub); err != nil {
+				return err
+			}
+			hub.Spec.Size = ptr.To[int32](3)
+			hub.Spec.Paused = true
+			return c.Update(ctx, hub)
+		}); err != nil {
 			t.Fatal(err)
 		}
 		testenv.Eventually(t, timeout, "Deployment scaled and paused, status observed", func() error {
@@ -233,6 +238,49 @@ func TestWidgetLifecycle(t *testing.T) {
 		})
 	})
 
+	t.Run("paused for uninstall, the controller leaves Widgets alone", func(t *testing.T) {
+		owner := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: widgetenv.Namespace, Name: "widget-operator"},
+			Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](0), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "x"}},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "x"}},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "x", Image: "x:1"}}}}}}
+		if err := c.Create(ctx, owner); err != nil {
+			t.Fatal(err)
+		}
+		if err := controller.PauseReconciliation(ctx, c, widgetenv.Namespace, "widget-operator"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second) // the manager's cache sees the marker
+		w := alphaWidget("apps", "paused")
+		if err := c.Create(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second)
+		got := &v1alpha1.Widget{}
+		if err := c.Get(ctx, key("apps", "paused"), got); err != nil {
+			t.Fatal(err)
+		}
+		if controllerutil.ContainsFinalizer(got, controller.Finalizer) || c.Get(ctx, key("apps", "paused"), &appsv1.Deployment{}) == nil {
+			t.Fatalf("a paused controller reconciled: finalizers %v", got.Finalizers)
+		}
+		// The marker goes with the manager's Deployment (garbage collector); reconciling resumes.
+		if err := c.Delete(ctx, owner); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, timeout, "the marker is collected with its owner", func() error {
+			return allGone(c, key(widgetenv.Namespace, controller.PausedConfigMap), &corev1.ConfigMap{})
+		})
+		if err := retryConflict(func() error {
+			if err := c.Get(ctx, key("apps", "paused"), got); err != nil {
+				return err
+			}
+			got.Labels = map[string]string{"touched": "yes"}
+			return c.Update(ctx, got)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		waitChildren(t, c, "apps", "paused")
+	})
+
 	t.Run("with the operator down the Widget stays Terminating, and coming back finishes it", func(t *testing.T) {
 		w := alphaWidget("apps", "stuck")
 		if err := c.Create(ctx, w); err != nil {
@@ -241,11 +289,13 @@ func TestWidgetLifecycle(t *testing.T) {
 		waitChildren(t, c, "apps", "stuck")
 		testenv.Eventually(t, timeout, "catalog entry", func() error { return catalogEntry(c, "apps", "stuck") })
 		mgr.Stop(t, 30*time.Second)
-		if err := c.Delete(ctx, w); err != nil {
+		// Through v1, the storage version: with the operator down its conversion webhook is
+		// down too, and only the stored version reads and deletes without it (seed 000).
+		if err := c.Delete(ctx, &v1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "stuck"}}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(3 * time.Second)
-		got := &v1alpha1.Widget{}
+		got := &v1.Widget{}
 		if err := c.Get(ctx, key("apps", "stuck"), got); err != nil {
 			t.Fatalf("the Widget is gone with the operator down: %v", err)
 		}
