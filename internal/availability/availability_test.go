@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -33,9 +34,10 @@ const (
 	rate    = 60 // requests per second, above the issue's 50
 )
 
-// load drives Widgets through v1alpha1 via the apiserver: creates, merge patches and reads in
-// turn. With v1 the storage version every request converts, and writes are admitted by the
-// webhooks: each crosses the webhook Service.
+// load drives Widgets through v1alpha1 via the apiserver: merge patches and reads of a fleet
+// created beforehand, and every tenth request a create of a new Widget. With v1 the storage
+// version every request converts, and writes are admitted by the webhooks: each crosses the
+// webhook Service.
 type load struct {
 	c        client.Client
 	mu       sync.Mutex
@@ -62,17 +64,13 @@ func (l *load) run(ctx context.Context) {
 func (l *load) one(i int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	name := fmt.Sprintf("w-%03d", (i/3)%200)
+	name := fleetName(i % fleet)
 	start := time.Now()
 	var err error
-	switch i % 3 {
-	case 0:
-		w := &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: apps, Name: name},
-			Spec: v1alpha1.WidgetSpec{Image: "registry.example.com/load:v1", Replicas: ptr.To[int32](0), TimeoutSeconds: ptr.To[int32](30)}}
-		if err = l.c.Create(ctx, w); err != nil && strings.Contains(err.Error(), "already exists") {
-			err = nil
-		}
-	case 1:
+	switch {
+	case i%10 == 0:
+		err = l.c.Create(ctx, newWidget(fmt.Sprintf("new-%05d", i)))
+	case i%2 == 1:
 		w := &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: apps, Name: name}}
 		err = l.c.Patch(ctx, w, client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"timeoutSeconds":%d}}`, i%300+1)))
 	default:
@@ -86,6 +84,16 @@ func (l *load) one(i int) {
 	if err != nil {
 		l.failures = append(l.failures, fmt.Sprintf("%s: %v", time.Now().Format("15:04:05.000"), err))
 	}
+}
+
+// fleet is the number of Widgets created before the load starts.
+const fleet = 100
+
+func fleetName(i int) string { return fmt.Sprintf("w-%03d", i) }
+
+func newWidget(name string) *v1alpha1.Widget {
+	return &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: apps, Name: name},
+		Spec: v1alpha1.WidgetSpec{Image: "registry.example.com/load:v1", Replicas: ptr.To[int32](0), TimeoutSeconds: ptr.To[int32](30)}}
 }
 
 func (l *load) snapshot() (int, []string, time.Duration) {
@@ -111,14 +119,24 @@ func TestProductionProof(t *testing.T) {
 	chart := filepath.Join(c.Root, "charts", release)
 	helm := func(args ...string) string { return c.Run(t, filepath.Join(c.Bin, "helm3"), append(args, "-n", ns)...) }
 	start := time.Now()
-	helm("install", release, chart, "--set", "image.tag=dev", "--set", "apiUpgrade.stage=flip-storage", "--wait", "--timeout", "5m")
+	// A 3 s drain (default 10 s) keeps the rollouts short; kube-proxy drops an endpoint within
+	// a second of readiness failing.
+	helm("install", release, chart, "--set", "image.tag=dev", "--set", "apiUpgrade.stage=flip-storage", "--set", "manager.drainDelay=3s", "--wait", "--timeout", "5m")
 	t.Logf("helm install --wait: %s", time.Since(start).Round(time.Second))
 
-	k, err := client.New(c.Config, client.Options{Scheme: widgetenv.Scheme()})
+	// client-go's default limit (5 requests/s) would throttle the load itself.
+	cfg := rest.CopyConfig(c.Config)
+	cfg.QPS, cfg.Burst = 1000, 2000
+	k, err := client.New(cfg, client.Options{Scheme: widgetenv.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	for i := range fleet {
+		if err := k.Create(ctx, newWidget(fleetName(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
 	l := &load{c: k}
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	loadDone := make(chan struct{})
@@ -165,9 +183,9 @@ func TestProductionProof(t *testing.T) {
 			}
 			return nil
 		})
-		c.Kubectl(t, "-n", ns, "wait", "--for=condition=Ready", "certificate/"+release+"-serving-cert", "--timeout=2m")
+		c.Kubectl(t, "-n", ns, "wait", "--for=condition=Ready", "certificate", "--all", "--timeout=2m")
 		renewal = time.Since(s)
-		time.Sleep(10 * time.Second) // keep the load on while the replicas reload the files
+		time.Sleep(5 * time.Second) // keep the load on while the replicas reload the files
 	})
 	report["time to Ready after renewal"] = renewal.Round(100 * time.Millisecond).String()
 	var handover time.Duration
