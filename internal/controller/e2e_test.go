@@ -111,14 +111,18 @@ func TestWidgetReadyOnARealNode(t *testing.T) {
 	if err := k.Get(ctx, client.ObjectKeyFromObject(w), svc); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := c.HTTPClient.Get(fmt.Sprintf("http://%s:8080/readyz", svc.Spec.ClusterIP))
-	if err != nil {
-		t.Fatalf("GET the Widget's Service: %v", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("the Widget's Service answered %d", resp.StatusCode)
-	}
+	// kube-proxy programs the Service's rules shortly after the pods are ready.
+	testenv.Eventually(t, 30*time.Second, "the Widget's Service answers", func() error {
+		resp, err := c.HTTPClient.Get(fmt.Sprintf("http://%s:8080/readyz", svc.Spec.ClusterIP))
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("HTTP %d", resp.StatusCode)
+		}
+		return nil
+	})
 
 	// A spec change: the Deployment follows and status observes the new generation.
 	testenv.Eventually(t, 30*time.Second, "scale to 1", func() error {
