@@ -20,6 +20,9 @@ say() { printf '   %s\n' "$*"; }
 kubectl() { "$cluster" kubectl "$@"; }
 helm() { "$cluster" exec "$bin/helm3" "$@"; }
 widgetctl() { "$cluster" exec "$bin/widgetctl" "$@"; }
+# The local node has no cluster DNS: reach the webhook through its Service's ClusterIP (the
+# certificate is still verified for the Service's name against the CRD's caBundle).
+status() { widgetctl upgrade status --webhook-url "https://$(kubectl -n "$ns" get svc "$release-webhook" -o jsonpath='{.spec.clusterIP}'):443/convert"; }
 
 if [[ $(id -u) != 0 ]]; then
 	echo "make demo needs root: it runs a real Kubernetes node in a network namespace (as kind needs docker)." >&2
@@ -92,12 +95,12 @@ fi
 say "helm upgrade failed, as it must; the preflight hook said:"
 kubectl -n "$ns" logs job/"$release"-preflight --tail=3 2>/dev/null | sed 's/^/     /'
 echo "$out" | tail -1 | sed 's/^/     /'
-widgetctl upgrade status | sed 's/^/   /'
+status | sed 's/^/   /'
 
 for stage in add-version flip-storage migrate unserve; do
 	step "7. helm upgrade --set apiUpgrade.stage=$stage"
 	helm upgrade "$release" "$chart" -n "$ns" --reuse-values --set apiUpgrade.stage="$stage" --wait --timeout 5m >/dev/null
-	widgetctl upgrade status | sed 's/^/   /'
+	status | sed 's/^/   /'
 	widgetctl verify --crd widgets.widgetry.io | sed 's/^/   /'
 	if [[ $stage == add-version ]]; then
 		say "v1 only: a fractional timeout and paused, written through v1, survive v1alpha1 reads and writes:"
@@ -111,6 +114,11 @@ step "8. What on-call sees: Prometheus scraping the manager pods (authenticated)
 kubectl -n "$ns" create serviceaccount prometheus >/dev/null
 kubectl create clusterrolebinding demo-prometheus --clusterrole="$release-metrics-reader" --serviceaccount="$ns:prometheus" >/dev/null
 token=$(mktemp); kubectl -n "$ns" create token prometheus --duration=2h >"$token"
+# The manager caches an authorization denial for 30 s: start scraping once RBAC says yes.
+for _ in $(seq 30); do
+	[[ $(kubectl auth can-i get /metrics --as="system:serviceaccount:$ns:prometheus" 2>/dev/null) == yes ]] && break
+	sleep 1
+done
 extra=$(mktemp)
 cat >"$extra" <<YAML
 - job_name: widget-operator
@@ -126,11 +134,12 @@ cat >"$extra" <<YAML
 YAML
 "$cluster" prometheus "$extra" >/dev/null
 query() { "$cluster" exec promtool query instant http://127.0.0.1:9090 "$1" 2>/dev/null | sed 's/^/     /'; }
-for _ in $(seq 30); do
-	[[ -n $(query 'up{job="widget-operator"} == 1') ]] && break
+scraped=0
+for _ in $(seq 60); do
+	if [[ $(query 'count(widget_build_info{job="widget-operator"})' | grep -o '=> [0-9]*') == "=> 2" ]]; then scraped=1; break; fi
 	sleep 2
 done
-sleep 5
+[[ $scraped == 1 ]] || { echo "Prometheus did not scrape both manager pods within 2 minutes" >&2; exit 1; }
 say "conversions answered per version pair (widget_conversion_objects_total):"
 query 'sum by (from_version, to_version) (widget_conversion_objects_total)'
 say "objects the migration rewrote (widget_migration_objects_total):"
