@@ -374,7 +374,9 @@ func TestControllerFollowsStages(t *testing.T) {
 	}
 	setSize := func(t *testing.T, obj client.Object, size int32) {
 		t.Helper()
-		err := retryConflict(func() error {
+		// Retried: right after a stage change the apiserver may not serve the version yet,
+		// and the controller writes the Widget too.
+		testenv.Eventually(t, timeout, fmt.Sprintf("set the size to %d through %T", size, obj), func() error {
 			if err := c.Get(ctx, key("stages", "w"), obj); err != nil {
 				return err
 			}
@@ -386,9 +388,6 @@ func TestControllerFollowsStages(t *testing.T) {
 			}
 			return c.Update(ctx, obj)
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
 	}
 
 	expectChildren(t, 2, "widgetry.io/v1alpha1", timeout)
