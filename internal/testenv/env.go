@@ -25,6 +25,11 @@ const (
 	// is too tight for a 2-core machine that is also compiling.
 	defaultStartTimeout = time.Minute
 
+	// stopTimeout bounds the stop of each component. envtest's default (20s) is too short
+	// for an etcd that holds tens of thousands of objects on busy cores (seen with the
+	// migration benchmark): its shutdown then fails a test that passed.
+	stopTimeout = 2 * time.Minute
+
 	// kubectlTimeout bounds one Kubectl call. Kubectl does not use tb.Context() so that
 	// it still works in Cleanup functions, e.g. to dump cluster state after a failure.
 	kubectlTimeout = 2 * time.Minute
@@ -200,6 +205,7 @@ func (e *Env) newEnvironment(tb testing.TB) *envtest.Environment {
 		WebhookInstallOptions:    e.opts.WebhookInstallOptions,
 		BinaryAssetsDirectory:    e.AssetsDir,
 		ControlPlaneStartTimeout: e.startTimeout(),
+		ControlPlaneStopTimeout:  stopTimeout,
 	}
 }
 
