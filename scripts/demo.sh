@@ -29,6 +29,16 @@ if [[ $(id -u) != 0 ]]; then
 	exit 1
 fi
 
+# One cluster at a time on a machine: hold the lock the end-to-end tests take for the whole
+# demo (scripts/local-cluster.sh), rather than tearing down a cluster a test is using.
+lock=/tmp/widget-cluster.lock
+if [[ ${CLUSTER_LOCK_HELD:-0} != 1 ]]; then
+	if ! flock --nonblock "$lock" true; then
+		echo "demo: waiting for the end-to-end tests' cluster to go down ($lock is held; \`fuser -v $lock\` shows by whom)" >&2
+	fi
+	CLUSTER_LOCK_HELD=1 exec flock --close -w 1800 "$lock" "$0" "$@"
+fi
+
 cleanup() {
 	local rc=$?
 	if [[ ${KEEP:-0} == 1 ]]; then

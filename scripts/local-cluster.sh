@@ -44,6 +44,13 @@ CGROUP_CONTROLLERS=(cpu cpuacct cpuset memory devices freezer blkio pids systemd
 KUBECONFIG_ADMIN=$D/admin.kubeconfig
 SOCK=$D/containerd/containerd.sock
 
+# One cluster at a time on a machine (two kubelets on the cgroupfs driver fight over their
+# cgroups). The Go helper (internal/testenv/cluster, lockFile) holds this flock for a test
+# binary's whole cluster, and the demo for its whole run; both set CLUSTER_LOCK_HELD=1 for the
+# calls they make. Anyone else's `up` and `down` take it for their own run, so they refuse
+# instead of tearing down a cluster that a test is using.
+LOCK=/tmp/widget-cluster.lock
+
 say() { printf '[local-cluster %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { say "error: $*"; exit 1; }
 in_ns() { nsenter --net="$NETNS" "$@"; }
@@ -63,6 +70,15 @@ check_prereqs() {
 		[[ -x $BIN/$b ]] || missing+=("$b")
 	done
 	((${#missing[@]} == 0)) || die "missing ${missing[*]} in $BIN: run scripts/toolchain.sh (make tools)"
+}
+
+# with_lock ARGS...: rerun this script with ARGS under the machine-wide cluster lock, unless
+# the caller holds it already.
+with_lock() {
+	[[ ${CLUSTER_LOCK_HELD:-0} == 1 ]] && return 0
+	flock --nonblock "$LOCK" true ||
+		die "another user holds $LOCK (an end-to-end test or the demo: \`fuser -v $LOCK\` shows which); its cluster is in use: wait until it ends"
+	CLUSTER_LOCK_HELD=1 exec flock --close -w 60 "$LOCK" "$self" "$@"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -555,8 +571,8 @@ EOF
 }
 
 case ${1:-} in
-up) cmd_up ;;
-down) shift; cmd_down "$@" ;;
+up) with_lock "$@"; cmd_up ;;
+down) with_lock "$@"; shift; cmd_down "$@" ;;
 status) cmd_status ;;
 env) cmd_env ;;
 kubectl) shift; exec nsenter --net="$NETNS" "$BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@" ;;

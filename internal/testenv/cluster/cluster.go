@@ -38,8 +38,9 @@ const (
 	// NodeName is the node's name and NodeIP its address inside the namespace.
 	NodeName = "widget-node"
 	NodeIP   = "10.200.0.2"
-	// lockFile serialises clusters across test binaries: one cluster at a time on a machine
-	// (two kubelets on the cgroupfs driver would fight over their cgroups).
+	// lockFile serialises clusters across test binaries, the demo and people running
+	// scripts/local-cluster.sh: one cluster at a time on a machine (two kubelets on the
+	// cgroupfs driver would fight over their cgroups). The script uses the same path.
 	lockFile = "/tmp/widget-cluster.lock"
 )
 
@@ -364,7 +365,8 @@ func (c *Cluster) script(ctx context.Context, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(c.Root, "scripts", "local-cluster.sh"), args...)
-	cmd.Env = append(os.Environ(), "CLUSTER_DIR="+c.Dir, "CLUSTER_NAME="+Name, "CLUSTER_BIN="+c.Bin)
+	// This process holds the machine-wide lock (acquireLock); the script takes it otherwise.
+	cmd.Env = append(os.Environ(), "CLUSTER_DIR="+c.Dir, "CLUSTER_NAME="+Name, "CLUSTER_BIN="+c.Bin, "CLUSTER_LOCK_HELD=1")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
