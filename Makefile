@@ -76,7 +76,7 @@ test-long: tools ## Long runs: 100,000-object round trips and the same fuzzing f
 bench: tools ## Benchmarks, benchstat-friendly (-count 6); see README "Benchmarks".
 	go test -run '^$$' -bench . -benchmem -count 6 ./internal/webhook/ | tee $(BIN)/bench.txt
 	scripts/bench-ratios.sh $(BIN)/bench.txt
-	go test -run '^$$' -bench BenchmarkReencode -benchtime 1x -count 3 -timeout 60m ./internal/migrate/ | tee $(BIN)/bench-migrate.txt | grep -E '^(Benchmark|ok|FAIL)'
+	go test -run '^$$' -bench BenchmarkReencode -benchtime 1x -count 3 -timeout 90m ./internal/migrate/ | tee $(BIN)/bench-migrate.txt | grep -E '^(Benchmark|ok|FAIL)'
 	scripts/migrate-bench-ratios.sh $(BIN)/bench-migrate.txt
 
 .PHONY: verify

@@ -2,11 +2,9 @@ package upgrade_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,13 +12,10 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/metadata"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/api/v1alpha1"
-	"github.com/widgetry/widget-operator/internal/conversion"
-	"github.com/widgetry/widget-operator/internal/conversion/conversiontest"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/migrate"
 	"github.com/widgetry/widget-operator/internal/testenv"
@@ -38,14 +33,14 @@ type rig struct {
 	cfg  upgrade.Config
 	cl   upgrade.Clients
 	hook *widgetenv.Webhook
-	// want is the last written state of every Widget, as the hub sees it.
-	mu   sync.Mutex
-	want map[string]v1.WidgetSpec
+	// fleet is the Widgets written at every stage and read back after every step.
+	fleet *widgetenv.Fleet
 }
 
 func newRig(t *testing.T) *rig {
-	r := &rig{t: t, cfg: upgrade.WidgetConfig(), want: map[string]v1.WidgetSpec{}}
+	r := &rig{t: t, cfg: upgrade.WidgetConfig()}
 	r.env, r.hook = widgetenv.StartAtStage(t, crd.StageInitial, testenv.Options{})
+	r.fleet = &widgetenv.Fleet{Client: r.env.Client, Namespace: ns, N: objects(), Workers: 8}
 	r.cl = upgrade.Clients{Client: r.env.Client, Metadata: metadata.NewForConfigOrDie(r.env.Config), DryRunNamespace: ns}
 	for _, n := range []string{ns, "widget-system"} {
 		if err := r.env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
@@ -101,7 +96,7 @@ func (r *rig) settle(stage crd.Stage) {
 	if stage == crd.StageFlipStorage || stage == crd.StageAddVersion { // the steps that move the storage version
 		widgetenv.WaitForStorageVersion(r.t, r.env, storage, ns)
 	}
-	for _, v := range r.served(stage) {
+	for _, v := range widgetenv.Served(stage) {
 		testenv.Eventually(r.t, 30*time.Second, "list through "+v, func() error {
 			return r.env.Client.List(context.Background(), listOf(v), client.InNamespace(ns), client.Limit(1))
 		})
@@ -121,16 +116,6 @@ func (r *rig) migrate(to string) {
 	r.t.Logf("migrated %d objects to %s in %s", res.Counts.Migrated, res.StorageVersion, res.Duration.Round(time.Millisecond))
 }
 
-func (r *rig) served(stage crd.Stage) []string {
-	switch stage {
-	case crd.StageInitial:
-		return []string{"v1alpha1"}
-	case crd.StageUnserve:
-		return []string{"v1"}
-	}
-	return []string{"v1alpha1", "v1"}
-}
-
 func listOf(version string) client.ObjectList {
 	if version == "v1" {
 		return &v1.WidgetList{}
@@ -145,127 +130,20 @@ func objects() int {
 	return 1000
 }
 
-// write creates (first time) or updates every Widget, alternating the served versions; v1
-// writes set the fields only v1 has (paused, fractional timeouts, endpoint maps).
+// write creates (first round) or updates every Widget through the versions served at stage.
 func (r *rig) write(stage crd.Stage, round int) {
 	r.t.Helper()
-	served := r.served(stage)
-	n := objects()
-	errs := make(chan error, n)
-	var wg sync.WaitGroup
-	work := make(chan int)
-	for range 8 {
-		wg.Go(func() {
-			for i := range work {
-				if err := r.writeOne(served[i%len(served)], i, round); err != nil {
-					errs <- fmt.Errorf("%s widget %d through %s: %w", stage, i, served[i%len(served)], err)
-				}
-			}
-		})
-	}
-	for i := range n {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		r.t.Fatal(err)
+	if err := r.fleet.Write(context.Background(), widgetenv.Served(stage), round); err != nil {
+		r.t.Fatalf("%s: %v", stage, err)
 	}
 }
 
-func (r *rig) writeOne(version string, i, round int) error {
-	ctx := context.Background()
-	name := fmt.Sprintf("w-%05d", i)
-	size := int32(round*10 + i%7)
-	image := fmt.Sprintf("registry.example.com/w:r%d", round)
-	for attempt := 0; ; attempt++ {
-		var err error
-		r.mu.Lock()
-		want, exists := r.want[name]
-		r.mu.Unlock()
-		if version == "v1alpha1" {
-			obj := &v1alpha1.Widget{}
-			if exists {
-				if err = r.env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj); err != nil {
-					return err
-				}
-			} else {
-				obj.Namespace, obj.Name = ns, name
-				obj.Spec.TimeoutSeconds = ptr.To(int32(i%300 + 1))
-				obj.Spec.Endpoints = []v1alpha1.Endpoint{{Name: "http", Port: 8080}}
-			}
-			obj.Spec.Image, obj.Spec.Replicas = image, &size
-			if exists {
-				err = r.env.Client.Update(ctx, obj)
-			} else {
-				err = r.env.Client.Create(ctx, obj)
-			}
-			if err == nil {
-				hub := &v1.Widget{}
-				if err := conversion.ConvertWidgetToHub(ctx, obj, hub); err != nil {
-					return err
-				}
-				want = hub.Spec
-			}
-		} else {
-			obj := &v1.Widget{}
-			if err = r.env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj); err != nil {
-				return err
-			}
-			obj.Spec.Image, obj.Spec.Size = image, &size
-			obj.Spec.Paused = round%2 == 1
-			obj.Spec.Timeout = ptr.To(fmt.Sprintf("%d.%ds", i%50+1, round%10))
-			obj.Spec.Endpoints = map[string]v1.EndpointSpec{"http": {Port: 8080}, fmt.Sprintf("r%d", round): {Port: int32(9000 + round)}}
-			if err = r.env.Client.Update(ctx, obj); err == nil {
-				want = obj.Spec
-			}
-		}
-		if err == nil {
-			r.mu.Lock()
-			r.want[name] = want
-			r.mu.Unlock()
-			return nil
-		}
-		if !strings.Contains(err.Error(), "the object has been modified") || attempt > 5 {
-			return err
-		}
-	}
-}
-
-// verify reads every Widget through every served version and compares it with what was
-// last written: 0 lost or changed fields.
+// verify reads every Widget through every version served at stage and compares it with
+// what was last written: 0 lost or changed fields.
 func (r *rig) verify(stage crd.Stage) {
 	r.t.Helper()
-	ctx := context.Background()
-	for _, version := range r.served(stage) {
-		list := listOf(version)
-		if err := r.env.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
-			r.t.Fatalf("%s: list through %s: %v", stage, version, err)
-		}
-		got := map[string]v1.WidgetSpec{}
-		switch l := list.(type) {
-		case *v1.WidgetList:
-			for _, w := range l.Items {
-				got[w.Name] = w.Spec
-			}
-		case *v1alpha1.WidgetList:
-			for i := range l.Items {
-				hub := &v1.Widget{}
-				if err := conversion.ConvertWidgetToHub(ctx, &l.Items[i], hub); err != nil {
-					r.t.Fatal(err)
-				}
-				got[l.Items[i].Name] = hub.Spec
-			}
-		}
-		if len(got) != len(r.want) {
-			r.t.Fatalf("%s: %d Widgets through %s, want %d", stage, len(got), version, len(r.want))
-		}
-		for name, want := range r.want {
-			if d := conversiontest.Diff(want, got[name]); d != "" {
-				r.t.Fatalf("%s: %s read through %s differs from what was last written %s", stage, name, version, d)
-			}
-		}
+	if err := r.fleet.Verify(context.Background(), widgetenv.Served(stage)); err != nil {
+		r.t.Fatalf("%s: %v", stage, err)
 	}
 }
 

@@ -3,6 +3,7 @@ package widgetenv
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,11 +35,16 @@ func Served(stage crd.Stage) []string {
 
 // Fleet is N Widgets in one namespace written through whichever versions are served and read
 // back through every served version: the end-to-end "0 lost fields" proof of a staged
-// upgrade. It is not safe for concurrent use.
+// upgrade. Its methods are not safe for concurrent use (Write itself writes on Workers
+// goroutines).
 type Fleet struct {
 	Client    client.Client
 	Namespace string
 	N         int
+	// Workers is how many Widgets Write writes at once (default 1).
+	Workers int
+
+	mu sync.Mutex // guards want while Write runs
 	// want is the last written spec of every Widget, as the hub sees it.
 	want map[string]v1.WidgetSpec
 }
@@ -59,17 +65,38 @@ func (f *Fleet) Write(ctx context.Context, served []string, round int) error {
 	if f.want == nil {
 		f.want = map[string]v1.WidgetSpec{}
 	}
-	for i := range f.N {
-		name, version := f.Name(i), served[(i+round)%len(served)]
-		if err := retryOnConflict(func() error { return f.writeOne(ctx, name, version, i, round) }); err != nil {
-			return fmt.Errorf("write %s/%s through %s: %w", f.Namespace, name, version, err)
-		}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range max(f.Workers, 1) {
+		wg.Go(func() {
+			for i := range work {
+				name, version := f.Name(i), served[(i+round)%len(served)]
+				if err := retryOnConflict(func() error { return f.writeOne(ctx, name, version, i, round) }); err != nil {
+					cancel(fmt.Errorf("write %s/%s through %s: %w", f.Namespace, name, version, err))
+				}
+			}
+		})
 	}
-	return nil
+	for i := 0; i < f.N && ctx.Err() == nil; i++ {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+func (f *Fleet) record(name string, spec v1.WidgetSpec) {
+	f.mu.Lock()
+	f.want[name] = spec
+	f.mu.Unlock()
 }
 
 func (f *Fleet) writeOne(ctx context.Context, name, version string, i, round int) error {
+	f.mu.Lock()
 	_, exists := f.want[name]
+	f.mu.Unlock()
 	key := client.ObjectKey{Namespace: f.Namespace, Name: name}
 	image := fmt.Sprintf("registry.example.com/w:r%d", round)
 	save := func(obj client.Object) error {
@@ -97,7 +124,7 @@ func (f *Fleet) writeOne(ctx context.Context, name, version string, i, round int
 		if err := conversion.ConvertWidgetToHub(ctx, obj, hub); err != nil {
 			return err
 		}
-		f.want[name] = hub.Spec
+		f.record(name, hub.Spec)
 		return nil
 	}
 	obj := &v1.Widget{}
@@ -115,7 +142,7 @@ func (f *Fleet) writeOne(ctx context.Context, name, version string, i, round int
 	if err := save(obj); err != nil {
 		return err
 	}
-	f.want[name] = obj.Spec
+	f.record(name, obj.Spec)
 	return nil
 }
 
