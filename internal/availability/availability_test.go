@@ -107,12 +107,8 @@ func (l *load) snapshot() (int, []string, time.Duration) {
 // what Prometheus scraped. It prints a report the README quotes.
 func TestProductionProof(t *testing.T) {
 	c := cluster.Start(t)
-	image := filepath.Join(c.Bin, "widget-operator-image.tar")
-	if _, err := os.Stat(image); err != nil {
-		t.Fatalf("%s is missing: make image", image)
-	}
+	c.ImportOperatorImage(t)
 	c.StartCertManager(t)
-	c.ImportImage(t, image)
 	c.Kubectl(t, "create", "namespace", ns)
 	c.Kubectl(t, "label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
 	c.Kubectl(t, "create", "namespace", apps)

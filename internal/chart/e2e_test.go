@@ -46,12 +46,8 @@ const releaseNamespace = "widget-system"
 // keeps the CRD and every Widget, without the catalog finalizer.
 func TestEndToEndWalk(t *testing.T) {
 	c := cluster.Shared(t)
-	image := filepath.Join(c.Bin, "widget-operator-image.tar")
-	if _, err := os.Stat(image); err != nil {
-		t.Fatalf("%s is missing: make image", image)
-	}
+	c.ImportOperatorImage(t)
 	c.StartCertManager(t)
-	c.ImportImage(t, image)
 	ensureNamespace(t, c, releaseNamespace)
 	for _, helm := range []string{"helm3", "helm4"} {
 		if !t.Run(helm, func(t *testing.T) { walk(t, c, filepath.Join(c.Bin, helm), "walk-"+helm) }) {

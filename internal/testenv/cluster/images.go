@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -36,4 +37,19 @@ func (c *Cluster) ImportSampleServer(tb testing.TB) string {
 		filepath.Join(c.Bin, "sample-server")+":/sample-server")
 	c.ImportImage(tb, tar)
 	return SampleServerImage
+}
+
+// OperatorImageTarball is the operator's image (widget-manager and widgetctl) that
+// `make image` writes to bin/.
+const OperatorImageTarball = "widget-operator-image.tar"
+
+// ImportOperatorImage imports the operator's image from bin/ into the node, failing the test
+// with the make target to run when the tarball is missing.
+func (c *Cluster) ImportOperatorImage(tb testing.TB) {
+	tb.Helper()
+	image := filepath.Join(c.Bin, OperatorImageTarball)
+	if _, err := os.Stat(image); err != nil {
+		tb.Fatalf("cluster: %s is missing: make image", image)
+	}
+	c.ImportImage(tb, image)
 }
