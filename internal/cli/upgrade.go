@@ -331,94 +331,82 @@ func finish(g *GlobalOptions, r *planReport, err error) error {
 	return asExit(err)
 }
 
-func newUpgradePlanCommand(g *GlobalOptions) *cobra.Command {
+// newStageCommand builds one of the commands that plan to a target stage (plan, preflight,
+// apply): flags, observation and plan, then act (nil for plan alone) on a plan that was not
+// refused, then the report and the exit code.
+func newStageCommand(g *GlobalOptions, use, short, long string,
+	act func(cmd *cobra.Command, e *engine, o *upgrade.Observation, r *planReport) error) *cobra.Command {
 	f := &upgradeFlags{}
 	cmd := &cobra.Command{
-		Use:   "plan --to STAGE",
-		Short: "Show the steps from the current stage to STAGE, with the CRD change and the checks of each",
+		Use:   use,
+		Short: short,
+		Long:  long,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, _, r, err := planFor(cmd, g, f)
+			e, o, r, err := planFor(cmd, g, f)
 			if r == nil {
 				return err
+			}
+			if err == nil && act != nil {
+				if err = act(cmd, e, o, r); err != nil {
+					r.Refused = err.Error()
+				}
 			}
 			return finish(g, r, err)
 		},
 	}
 	f.bind(cmd, true)
 	return cmd
+}
+
+func newUpgradePlanCommand(g *GlobalOptions) *cobra.Command {
+	return newStageCommand(g, "plan --to STAGE",
+		"Show the steps from the current stage to STAGE, with the CRD change and the checks of each", "", nil)
 }
 
 func newUpgradePreflightCommand(g *GlobalOptions) *cobra.Command {
-	f := &upgradeFlags{}
-	cmd := &cobra.Command{
-		Use:   "preflight --to STAGE",
-		Short: "Run the checks of every step to STAGE; exit 0 safe, 1 refused, 2 error",
-		Long: `preflight is what the chart's pre-install, pre-upgrade and pre-rollback hooks run: a
+	return newStageCommand(g, "preflight --to STAGE",
+		"Run the checks of every step to STAGE; exit 0 safe, 1 refused, 2 error",
+		`preflight is what the chart's pre-install, pre-upgrade and pre-rollback hooks run: a
 refusal fails the Helm operation with its message, which names the next safe step and its
 runbook.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			e, o, r, err := planFor(cmd, g, f)
-			if r == nil {
-				return err
-			}
-			if err == nil {
-				r.Checks, err = upgrade.Preflight(cmd.Context(), e.clients, e.cfg, o, r.Steps)
-				if err != nil {
-					r.Refused = err.Error()
-				}
-			}
-			return finish(g, r, err)
-		},
-	}
-	f.bind(cmd, true)
-	return cmd
+		func(cmd *cobra.Command, e *engine, o *upgrade.Observation, r *planReport) error {
+			var err error
+			r.Checks, err = upgrade.Preflight(cmd.Context(), e.clients, e.cfg, o, r.Steps)
+			return err
+		})
 }
 
 func newUpgradeApplyCommand(g *GlobalOptions) *cobra.Command {
-	f := &upgradeFlags{}
 	var progressNamespace string
-	cmd := &cobra.Command{
-		Use:   "apply --to STAGE",
-		Short: "Check and make the CRD changes to STAGE (installations without Helm)",
-		Long: `apply runs the preflight of every step and makes each step's CRD change with an optimistic
+	cmd := newStageCommand(g, "apply --to STAGE",
+		"Check and make the CRD changes to STAGE (installations without Helm)",
+		`apply runs the preflight of every step and makes each step's CRD change with an optimistic
 lock; at migrate it also migrates the stored objects and trims storedVersions. It refuses a
 CRD that Helm manages — a second owner of spec.versions would fight Helm — and prints the
 helm upgrade to run instead.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			e, o, r, err := planFor(cmd, g, f)
-			if r == nil {
+		func(cmd *cobra.Command, e *engine, o *upgrade.Observation, r *planReport) error {
+			if release, managed := upgrade.HelmManaged(o); managed {
+				return &upgrade.Refusal{Message: fmt.Sprintf("CRD %s is managed by Helm (release %q): changing it here would fight Helm over spec.versions", o.CRD, release),
+					Next: fmt.Sprintf("helm upgrade %s <chart> --reuse-values --set apiUpgrade.stage=%s", orDefault(release, "widget-operator"), r.To)}
+			}
+			var err error
+			if r.Checks, err = upgrade.Preflight(cmd.Context(), e.clients, e.cfg, o, r.Steps); err != nil {
 				return err
 			}
-			if err == nil {
-				if release, managed := upgrade.HelmManaged(o); managed {
-					err = &upgrade.Refusal{Message: fmt.Sprintf("CRD %s is managed by Helm (release %q): changing it here would fight Helm over spec.versions", o.CRD, release),
-						Next: fmt.Sprintf("helm upgrade %s <chart> --reuse-values --set apiUpgrade.stage=%s", orDefault(release, "widget-operator"), r.To)}
-					r.Refused = err.Error()
-				}
-			}
-			if err == nil {
-				r.Checks, err = upgrade.Preflight(cmd.Context(), e.clients, e.cfg, o, r.Steps)
-			}
 			for _, s := range r.Steps {
-				if err != nil {
-					break
+				if err := upgrade.Apply(cmd.Context(), e.clients.Client, e.cfg, o, s); err != nil {
+					return err
 				}
-				if err = upgrade.Apply(cmd.Context(), e.clients.Client, e.cfg, o, s); err == nil && s.To == crd.StageMigrate && s.Then != "" {
-					err = runStageMigration(cmd.Context(), g, e.cfg.CRD, progressNamespace)
+				if s.To == crd.StageMigrate && s.Then != "" {
+					if err := runStageMigration(cmd.Context(), g, e.cfg.CRD, progressNamespace); err != nil {
+						return err
+					}
 				}
 			}
-			if err != nil {
-				r.Refused = err.Error()
-			} else {
-				r.Applied = true
-			}
-			return finish(g, r, err)
-		},
-	}
-	f.bind(cmd, true)
+			r.Applied = true
+			return nil
+		})
 	cmd.Flags().StringVar(&progressNamespace, "progress-namespace", "", "namespace of the migration's progress ConfigMap (default: the context's namespace)")
 	return cmd
 }
