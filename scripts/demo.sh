@@ -82,17 +82,27 @@ say "cainjector injected the CA into the CRD's conversion webhook (caBundle: ${#
 
 step "5. Widgets created through v1alpha1 (the installed base)"
 kubectl create namespace shop >/dev/null
-for i in 1 2 3; do
-	cat <<YAML | kubectl apply -f - >/dev/null
+widget() { # widget NAME I: a v1alpha1 Widget
+	cat <<YAML
 apiVersion: widgetry.io/v1alpha1
 kind: Widget
-metadata: {name: web-$i, namespace: shop}
+metadata: {name: $1, namespace: shop}
 spec:
   image: $sample
-  replicas: $i
-  timeoutSeconds: $((i * 30))
+  replicas: $2
+  timeoutSeconds: $(($2 * 30))
   endpoints: [{name: http, port: 8080}]
 YAML
+}
+# helm --wait returns once the pods are Ready; kube-proxy programs the webhook Service's rules
+# a moment later. Wait (30 s at most) until a Widget passes the webhooks in a server-side dry run.
+for ((t = 0; ; t++)); do
+	if err=$(widget probe 1 | kubectl apply --dry-run=server -f - 2>&1 >/dev/null); then break; fi
+	((t < 30)) || { echo "the webhooks did not answer through their Service within 30 s: $err" >&2; exit 1; }
+	sleep 1
+done
+for i in 1 2 3; do
+	widget "web-$i" "$i" | kubectl apply -f - >/dev/null
 done
 kubectl -n shop wait --for=condition=Ready widgets.v1alpha1.widgetry.io --all --timeout=3m >/dev/null
 kubectl -n shop get widgets.v1alpha1.widgetry.io,deploy,svc
