@@ -123,6 +123,9 @@ func TestProductionProof(t *testing.T) {
 	// client-go's default limit (5 requests/s) would throttle the load itself.
 	cfg := rest.CopyConfig(c.Config)
 	cfg.QPS, cfg.Burst = 1000, 2000
+	// The load goes through v1alpha1 on purpose: its deprecation warning on every response
+	// is expected, not news.
+	cfg.WarningHandlerWithContext = rest.NoWarnings{}
 	k, err := client.New(cfg, client.Options{Scheme: widgetenv.Scheme()})
 	if err != nil {
 		t.Fatal(err)
