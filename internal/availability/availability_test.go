@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/manager"
@@ -106,6 +108,8 @@ func (l *load) snapshot() (int, []string, time.Duration) {
 // under a constant load, rolls the manager out three ways and kills its leader; then checks
 // what Prometheus scraped. It prints a report the README quotes.
 func TestProductionProof(t *testing.T) {
+	// The report is the output; controller-runtime's clients have nothing to add to it.
+	ctrllog.SetLogger(logr.Discard())
 	c := cluster.Start(t)
 	c.ImportOperatorImage(t)
 	c.StartCertManager(t)

@@ -200,6 +200,11 @@ var valueCases = []valueCase{{
 		if job(t, objs, "widget-operator-migrate") != nil {
 			t.Error("a migrate Job outside stage migrate")
 		}
+		ww := job(t, objs, "widget-operator-wait-webhooks")
+		if ww == nil || ww.Annotations["helm.sh/hook"] != "post-install,post-upgrade" || ww.Annotations["helm.sh/hook-weight"] != "-5" ||
+			!slices.Equal(ww.Spec.Template.Spec.Containers[0].Args, []string{"wait-webhooks", "--namespace", "widget-system", "--timeout", "5m"}) {
+			t.Errorf("wait-webhooks Job: %+v", ww)
+		}
 		cl := job(t, objs, "widget-operator-cleanup-finalizers")
 		if cl == nil || cl.Annotations["helm.sh/hook"] != "pre-delete" ||
 			!slices.Equal(cl.Spec.Template.Spec.Containers[0].Args, []string{"cleanup-finalizers", "--crd", "widgets.widgetry.io", "--finalizer", "widgetry.io/catalog-cleanup",
@@ -443,7 +448,9 @@ var valueCases = []valueCase{{
 	kv:   []any{"apiUpgrade.stage", "migrate", "apiUpgrade.backoffLimit", 2, "apiUpgrade.activeDeadlineSeconds", 3600},
 	check: func(t *testing.T, objs Objects) {
 		m := job(t, objs, "widget-operator-migrate")
-		if m == nil || m.Annotations["helm.sh/hook"] != "post-install,post-upgrade" || *m.Spec.BackoffLimit != 2 || *m.Spec.ActiveDeadlineSeconds != 3600 ||
+		// After wait-webhooks (weight -5): the migration needs the webhooks too.
+		if m == nil || m.Annotations["helm.sh/hook"] != "post-install,post-upgrade" || m.Annotations["helm.sh/hook-weight"] != "0" ||
+			*m.Spec.BackoffLimit != 2 || *m.Spec.ActiveDeadlineSeconds != 3600 ||
 			!slices.Equal(m.Spec.Template.Spec.Containers[0].Args, []string{"migrate", "--crd", "widgets.widgetry.io", "--progress-namespace", "widget-system"}) {
 			t.Errorf("migrate Job: %+v", m)
 		}
@@ -455,7 +462,8 @@ var valueCases = []valueCase{{
 	name: "hooks off",
 	kv:   []any{"apiUpgrade.hooks", false, "apiUpgrade.stage", "migrate"},
 	check: func(t *testing.T, objs Objects) {
-		if job(t, objs, "widget-operator-preflight") != nil || job(t, objs, "widget-operator-migrate") != nil || job(t, objs, "widget-operator-cleanup-finalizers") == nil {
+		if job(t, objs, "widget-operator-preflight") != nil || job(t, objs, "widget-operator-migrate") != nil ||
+			job(t, objs, "widget-operator-wait-webhooks") != nil || job(t, objs, "widget-operator-cleanup-finalizers") == nil {
 			t.Error("want only the pre-delete cleanup Job")
 		}
 	},

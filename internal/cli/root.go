@@ -60,6 +60,7 @@ var Subcommands = []func(*GlobalOptions) *cobra.Command{
 	NewVerifyCommand,
 	NewCleanupFinalizersCommand,
 	NewSelftestCommand,
+	NewWaitWebhooksCommand,
 }
 
 // NewRootCommand builds widgetctl's root command with every command of Subcommands.

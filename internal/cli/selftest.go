@@ -27,59 +27,131 @@ func NewSelftestCommand(g *GlobalOptions) *cobra.Command {
 		Short: "Create a Widget through v1alpha1, read it through v1 (when served), delete it",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if namespace == "" {
-				namespace = g.Namespace()
-			}
-			rc, err := g.RESTConfig()
+			c, err := widgetClient(g)
 			if err != nil {
 				return err
 			}
-			s := runtime.NewScheme()
-			utilruntime.Must(apiextensionsv1.AddToScheme(s))
-			utilruntime.Must(v1.AddToScheme(s))
-			utilruntime.Must(v1alpha1.AddToScheme(s))
-			c, err := client.New(rc, client.Options{Scheme: s})
-			if err != nil {
-				return err
-			}
-			return selftest(cmd.Context(), g, c, namespace)
+			return selftest(cmd.Context(), g, c, orDefault(namespace, g.Namespace()))
 		},
 	}
 	cmd.Flags().StringVar(&namespace, "namespace", "", "where to create the test Widget (default: the context's namespace)")
 	return cmd
 }
 
-func selftest(ctx context.Context, g *GlobalOptions, c client.Client, namespace string) error {
+// NewWaitWebhooksCommand builds `widgetctl wait-webhooks`, the chart's post-install and
+// post-upgrade hook. helm --wait returns once the manager's pods are Ready, but kube-proxy
+// programs the webhook Service a moment later, and until then the apiserver's calls to the
+// webhooks are refused, and so is every Widget write. The hook makes helm return only once a
+// Widget passes the webhooks, as cert-manager's startupapicheck does for its own webhook.
+func NewWaitWebhooksCommand(g *GlobalOptions) *cobra.Command {
+	var namespace string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "wait-webhooks",
+		Short: "Wait until a Widget passes the admission webhooks (server-side dry-run create); exit 0 ok, 2 timed out",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := widgetClient(g)
+			if err != nil {
+				return err
+			}
+			return waitWebhooks(cmd.Context(), g, c, orDefault(namespace, g.Namespace()), timeout)
+		},
+	}
+	cmd.Flags().StringVar(&namespace, "namespace", "", "where to dry-run the Widget (default: the context's namespace)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Minute, "give up after this long")
+	return cmd
+}
+
+// widgetClient is a client for the CRD and both Widget versions.
+func widgetClient(g *GlobalOptions) (client.Client, error) {
+	rc, err := g.RESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	s := runtime.NewScheme()
+	utilruntime.Must(apiextensionsv1.AddToScheme(s))
+	utilruntime.Must(v1.AddToScheme(s))
+	utilruntime.Must(v1alpha1.AddToScheme(s))
+	return client.New(rc, client.Options{Scheme: s})
+}
+
+// servedVersions reads which Widget versions the CRD serves.
+func servedVersions(ctx context.Context, c client.Client) (map[string]bool, error) {
 	live := &apiextensionsv1.CustomResourceDefinition{}
 	if err := c.Get(ctx, client.ObjectKey{Name: crd.WidgetName}, live); err != nil {
-		return fmt.Errorf("read CRD %s: %w", crd.WidgetName, err)
+		return nil, fmt.Errorf("read CRD %s: %w", crd.WidgetName, err)
 	}
 	served := map[string]bool{}
 	for _, v := range live.Spec.Versions {
 		served[v.Name] = v.Served
 	}
+	return served, nil
+}
+
+// testWidget is a small Widget (size 0, timeout 90 s) in v1alpha1 when it is served (the
+// version users of an old installation write), else in v1; it returns the version too.
+func testWidget(served map[string]bool, namespace, name string) (client.Object, string) {
+	meta := metav1.ObjectMeta{Namespace: namespace, Name: name}
+	if served["v1alpha1"] {
+		return &v1alpha1.Widget{ObjectMeta: meta,
+			Spec: v1alpha1.WidgetSpec{Image: "registry.example.com/selftest:v1", Replicas: ptr.To[int32](0), TimeoutSeconds: ptr.To[int32](90)}}, "v1alpha1"
+	}
+	return &v1.Widget{ObjectMeta: meta,
+		Spec: v1.WidgetSpec{Image: "registry.example.com/selftest:v1", Size: ptr.To[int32](0), Timeout: ptr.To("1m30s")}}, "v1"
+}
+
+// waitWebhooks dry-runs the creation of a Widget once a second until the apiserver admits it
+// (its mutating and validating webhooks answered) or timeout passes.
+func waitWebhooks(ctx context.Context, g *GlobalOptions, c client.Client, namespace string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	var last error
+	for attempt := 1; ; attempt++ {
+		served, err := servedVersions(ctx, c)
+		if err == nil {
+			obj, version := testWidget(served, namespace, "widgetctl-wait-webhooks")
+			if err = c.Create(ctx, obj, client.DryRunAll); err == nil {
+				fmt.Fprintf(g.Stdout, "a Widget passed the webhooks (dry-run create through %s) after %s, attempt %d\n",
+					version, time.Since(start).Round(100*time.Millisecond), attempt)
+				return nil
+			}
+		}
+		if ctx.Err() == nil || last == nil {
+			last = err
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			fmt.Fprintf(g.Stderr, "waiting for the webhooks: %v\n", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no Widget passed the webhooks within %s (last: %v): check the webhook Service's endpoints and the manager pods (runbooks/alerts/WidgetWebhookDown.md)", timeout, last)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func selftest(ctx context.Context, g *GlobalOptions, c client.Client, namespace string) error {
+	served, err := servedVersions(ctx, c)
+	if err != nil {
+		return err
+	}
 	name := fmt.Sprintf("widgetctl-selftest-%d", time.Now().UnixNano()%1_000_000)
 	key := client.ObjectKey{Namespace: namespace, Name: name}
-	if served["v1alpha1"] {
-		w := &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-			Spec: v1alpha1.WidgetSpec{Image: "registry.example.com/selftest:v1", Replicas: ptr.To[int32](0), TimeoutSeconds: ptr.To[int32](90)}}
-		if err := c.Create(ctx, w); err != nil {
-			return fmt.Errorf("create %s through v1alpha1: %w", key, err)
-		}
+	w, version := testWidget(served, namespace, name)
+	if err := c.Create(ctx, w); err != nil {
+		return fmt.Errorf("create %s through %s: %w", key, version, err)
+	}
+	if version == "v1alpha1" {
 		fmt.Fprintf(g.Stdout, "created %s through v1alpha1\n", key)
 	} else {
-		w := &v1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-			Spec: v1.WidgetSpec{Image: "registry.example.com/selftest:v1", Size: ptr.To[int32](0), Timeout: ptr.To("1m30s")}}
-		if err := c.Create(ctx, w); err != nil {
-			return fmt.Errorf("create %s through v1 (v1alpha1 is not served): %w", key, err)
-		}
 		fmt.Fprintf(g.Stdout, "created %s through v1 (v1alpha1 is not served)\n", key)
 	}
 	defer func() {
-		if err := c.Delete(context.WithoutCancel(ctx), &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}); err != nil && !apierrors.IsNotFound(err) && served["v1alpha1"] {
+		if err := c.Delete(context.WithoutCancel(ctx), w); err != nil && !apierrors.IsNotFound(err) {
 			fmt.Fprintf(g.Stderr, "delete %s: %v\n", key, err)
 		}
-		_ = c.Delete(context.WithoutCancel(ctx), &v1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}})
 	}()
 	if served["v1"] {
 		hub := &v1.Widget{}

@@ -47,6 +47,9 @@ func TestCrashAndResume(t *testing.T) {
 	t.Parallel() // each test has its own control plane; they overlap their waits
 	n := envInt(t, "WIDGET_MIGRATE_CRASH_OBJECTS", 2000)
 	kills := envInt(t, "WIDGET_MIGRATE_KILLS", 3)
+	if kills > 80 {
+		t.Fatalf("WIDGET_MIGRATE_KILLS=%d: at most 80 distinct kill points (one per percent from 10 to 89)", kills)
+	}
 	env := startEnv(t, testenv.Options{}, "fleet")
 	ctx := context.Background()
 	createWidgets(t, env, "fleet", n)
@@ -55,9 +58,11 @@ func TestCrashAndResume(t *testing.T) {
 
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 0))
+	// Distinct points between 10 % and 89 % of the objects (a repeated point would kill a
+	// resumed run before it did anything, proving less).
 	points := make([]int64, kills)
-	for k := range points {
-		points[k] = int64(n) * int64(10+rng.IntN(80)) / 100
+	for k, pct := range rng.Perm(80)[:kills] {
+		points[k] = int64(n) * int64(10+pct) / 100
 	}
 	slices.Sort(points)
 	t.Logf("seed %d: kill points after %v objects of %d", seed, points, n)
