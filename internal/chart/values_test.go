@@ -201,7 +201,7 @@ var valueCases = []valueCase{{
 			t.Error("a migrate Job outside stage migrate")
 		}
 		ww := job(t, objs, "widget-operator-wait-webhooks")
-		if ww == nil || ww.Annotations["helm.sh/hook"] != "post-install,post-upgrade" || ww.Annotations["helm.sh/hook-weight"] != "-5" ||
+		if ww == nil || ww.Annotations["helm.sh/hook"] != "post-install,post-upgrade" || ww.Annotations["helm.sh/hook-weight"] != "0" ||
 			!slices.Equal(ww.Spec.Template.Spec.Containers[0].Args, []string{"wait-webhooks", "--namespace", "widget-system", "--timeout", "5m"}) {
 			t.Errorf("wait-webhooks Job: %+v", ww)
 		}
@@ -448,8 +448,8 @@ var valueCases = []valueCase{{
 	kv:   []any{"apiUpgrade.stage", "migrate", "apiUpgrade.backoffLimit", 2, "apiUpgrade.activeDeadlineSeconds", 3600},
 	check: func(t *testing.T, objs Objects) {
 		m := job(t, objs, "widget-operator-migrate")
-		// After wait-webhooks (weight -5): the migration needs the webhooks too.
-		if m == nil || m.Annotations["helm.sh/hook"] != "post-install,post-upgrade" || m.Annotations["helm.sh/hook-weight"] != "0" ||
+		// After wait-webhooks (weight 0): the migration needs the webhooks too.
+		if m == nil || m.Annotations["helm.sh/hook"] != "post-install,post-upgrade" || m.Annotations["helm.sh/hook-weight"] != "1" ||
 			*m.Spec.BackoffLimit != 2 || *m.Spec.ActiveDeadlineSeconds != 3600 ||
 			!slices.Equal(m.Spec.Template.Spec.Containers[0].Args, []string{"migrate", "--crd", "widgets.widgetry.io", "--progress-namespace", "widget-system"}) {
 			t.Errorf("migrate Job: %+v", m)
