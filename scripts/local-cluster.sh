@@ -56,16 +56,9 @@ die() { say "error: $*"; exit 1; }
 in_ns() { nsenter --net="$NETNS" "$@"; }
 
 check_prereqs() {
-	[[ $(id -u) == 0 ]] || die "must run as root (it creates a network namespace, cgroups and mounts), as kind needs docker"
+	# Root, the Debian packages and the right to make namespaces: one check for every caller.
+	PREREQS_NO_INSTALL=1 MAKE_VERB="scripts/local-cluster.sh" "$root/scripts/prereqs.sh" e2e >/dev/null || exit 1
 	local missing=()
-	for c in containerd containerd-shim-runc-v2 runc ctr iptables conntrack nsenter unshare ip openssl mount; do
-		command -v "$c" >/dev/null || missing+=("$c")
-	done
-	for p in bridge host-local portmap loopback; do
-		[[ -x /usr/lib/cni/$p ]] || missing+=("/usr/lib/cni/$p")
-	done
-	((${#missing[@]} == 0)) || die "missing ${missing[*]}: apt-get install -y \$(grep -v '^#' $root/scripts/apt-packages.txt)"
-	missing=()
 	for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl mkimage pause; do
 		[[ -x $BIN/$b ]] || missing+=("$b")
 	done

@@ -36,6 +36,8 @@ require_version cert-manager github.com/cert-manager/cert-manager "$CERT_MANAGER
 require_version mkimage github.com/google/go-containerregistry "$GO_CONTAINERREGISTRY_VERSION"
 require_version prometheus github.com/prometheus/prometheus "$PROMETHEUS_VERSION"
 require_version kubeconform github.com/yannh/kubeconform "$KUBECONFORM_VERSION"
+require_version golangci-lint github.com/golangci/golangci-lint/v2 "$GOLANGCI_LINT_VERSION"
+require_version golangci-lint sigs.k8s.io/kube-api-linter "$KUBE_API_LINTER_VERSION"
 if grep -E '^[[:space:]]*k8s\.io/[a-z-]+ => k8s\.io/' "$tools/kube/go.mod" | grep -vq " $KUBE_STAGING_VERSION\$"; then
 	echo "scripts/tools/kube/go.mod replaces a staging module with a version other than $KUBE_STAGING_VERSION" >&2
 	exit 1
@@ -107,7 +109,7 @@ build_ct() {
 }
 
 all=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy helm3 helm4 controller-gen
-	mkimage pause sample-server cert-manager prometheus ct kubeconform)
+	mkimage pause sample-server cert-manager prometheus ct kubeconform golangci-lint)
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=("${all[@]}")
 
@@ -145,6 +147,8 @@ for n in "${want[@]}"; do
 			"-s -w -X github.com/prometheus/common/version.Version=$PROMETHEUS_RELEASE -X github.com/prometheus/common/version.Branch=HEAD"
 		;;
 	ct) build_ct ;;
+	golangci-lint) build golangci-lint golangci-lint sigs.k8s.io/kube-api-linter/cmd/golangci-lint-kube-api-linter \
+		"-s -w -X main.version=${GOLANGCI_LINT_VERSION#v}" ;;
 	# kubeconform and its schemas (bin/kubeconform-schemas/<group>/<kind>_<version>.json),
 	# generated offline by scripts/tools/kubeconform/schemas from Kubernetes' swagger.json and
 	# the CRDs of cert-manager and prometheus-operator (ServiceMonitor, PrometheusRule), and

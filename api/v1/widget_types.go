@@ -4,12 +4,40 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Condition types and reasons the controller reports.
+// Condition types the controller reports in WidgetStatus.Conditions. Status has the same
+// shape in every version, so v1alpha1 Widgets carry the same types and reasons.
 const (
 	// ConditionReady is True when every desired pod of the Widget is available.
 	ConditionReady = "Ready"
 	// ConditionProgressing is True while the Widget's Deployment rolls out.
 	ConditionProgressing = "Progressing"
+)
+
+// Condition reasons the controller reports, CamelCase as metav1.Condition requires. They are
+// part of the API: clients and alerts may match on them, so a reason is never renamed.
+const (
+	// ReasonAvailable: Ready is True; the Deployment has observed its latest spec and at least
+	// spec.size replicas are updated and available.
+	ReasonAvailable = "Available"
+	// ReasonReplicasUnavailable: Ready is False; the Deployment exists but fewer than spec.size
+	// replicas are updated and available, or it has not observed its latest spec yet.
+	ReasonReplicasUnavailable = "ReplicasUnavailable"
+	// ReasonDeploymentMissing: Ready is False; the Widget's Deployment does not exist yet (or
+	// the controller's cache has not seen it yet).
+	ReasonDeploymentMissing = "DeploymentMissing"
+	// ReasonRollingOut: Progressing is True; the Deployment is being created, or is rolling out
+	// or scaling to the Widget's spec.
+	ReasonRollingOut = "RollingOut"
+	// ReasonRolloutComplete: Progressing is False; the Deployment has rolled out the Widget's
+	// spec.
+	ReasonRolloutComplete = "RolloutComplete"
+	// ReasonPaused: Progressing is False; spec.paused is set, so the Deployment does not roll
+	// out changes.
+	ReasonPaused = "Paused"
+	// ReasonReconcileFailed: Ready and Progressing are both False; the last reconcile could
+	// not apply the Widget's children. Ready's message is the error, and a Warning event of
+	// the same reason is recorded on the Widget.
+	ReasonReconcileFailed = "ReconcileFailed"
 )
 
 // EndpointSpec is a port the Widget's pods listen on; its name is the key in WidgetSpec.Endpoints.

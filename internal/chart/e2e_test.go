@@ -1,3 +1,5 @@
+//go:build e2e
+
 package chart
 
 import (
@@ -25,6 +27,7 @@ import (
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/controller"
 	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/cluster"
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
@@ -82,7 +85,7 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string) {
 	// v1alpha1 answers with deprecation warnings from add-version on; they are expected here.
 	cfg := rest.CopyConfig(c.Config)
 	cfg.WarningHandlerWithContext = rest.NoWarnings{}
-	cl, err := client.New(cfg, client.Options{Scheme: widgetenv.Scheme()})
+	cl, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,13 @@
 package chart
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 
 	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 )
 
 // yamlUnmarshal decodes YAML into v (a values file).
@@ -20,18 +21,7 @@ var chartDir = filepath.Join(root, Dir)
 // tool returns bin/<name>, skipping the test when it was not built (failing in CI).
 func tool(t *testing.T, name string) string {
 	t.Helper()
-	p, err := filepath.Abs(filepath.Join(root, "bin", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		msg := "bin/" + name + " is missing (make tools, i.e. scripts/toolchain.sh " + name + ")"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return p
+	return prereq.Tool(t, name)
 }
 
 // helms are the pinned Helm 3 and Helm 4 CLIs.

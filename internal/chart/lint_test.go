@@ -1,3 +1,5 @@
+//go:build envtest
+
 package chart
 
 import (
@@ -8,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 )
 
 // ciValues are chart-testing's value sets (charts/widget-operator/ci), linted and validated
@@ -42,13 +45,7 @@ func TestHelmLintStrict(t *testing.T) {
 // validation needs GitHub and chart-schema validation needs yamale (not available here).
 func TestCTLint(t *testing.T) {
 	ct := tool(t, "ct")
-	if _, err := exec.LookPath("yamllint"); err != nil {
-		msg := "yamllint is missing (apt-get install yamllint; scripts/apt-packages.txt)"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	prereq.Command(t, "yamllint", "envtest")
 	lintConf, _ := filepath.Abs(filepath.Join(root, "bin", "ct-etc", "lintconf.yaml"))
 	abs, _ := filepath.Abs(chartDir)
 	for name, helm := range helms(t) {

@@ -7,16 +7,13 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/widgetry/widget-operator/internal/controller"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/finalizers"
+	"github.com/widgetry/widget-operator/internal/scheme"
 )
 
 // cleanupSettle is how long the manager gets to see the pause marker before the finalizers
@@ -48,10 +45,7 @@ otherwise add the finalizer straight back, and afterwards deletes the catalog en
 			if err != nil {
 				return err
 			}
-			s := runtime.NewScheme()
-			utilruntime.Must(clientgoscheme.AddToScheme(s))
-			utilruntime.Must(apiextensionsv1.AddToScheme(s))
-			c, err := client.New(rc, client.Options{Scheme: s})
+			c, err := client.New(rc, client.Options{Scheme: scheme.New()})
 			if err != nil {
 				return err
 			}

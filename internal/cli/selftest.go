@@ -9,14 +9,13 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/scheme"
 )
 
 // NewSelftestCommand builds `widgetctl selftest`, the chart's helm test.
@@ -69,11 +68,7 @@ func widgetClient(g *GlobalOptions) (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := runtime.NewScheme()
-	utilruntime.Must(apiextensionsv1.AddToScheme(s))
-	utilruntime.Must(v1.AddToScheme(s))
-	utilruntime.Must(v1alpha1.AddToScheme(s))
-	return client.New(rc, client.Options{Scheme: s})
+	return client.New(rc, client.Options{Scheme: scheme.New()})
 }
 
 // servedVersions reads which Widget versions the CRD serves.

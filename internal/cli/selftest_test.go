@@ -1,3 +1,5 @@
+//go:build envtest
+
 package cli_test
 
 import (
@@ -10,6 +12,7 @@ import (
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/cli"
 	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
@@ -19,7 +22,7 @@ import (
 // real widget-manager starting (not yet ready when the command starts), it waits for it and
 // exits 0, having only dry-run creates to show for it.
 func TestWaitWebhooks(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{Scheme: widgetenv.Scheme()})
+	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
 	op := widgetenv.Setup(t, env, crd.StageInitial)
 
 	code, _, stderr := run(t, env, "wait-webhooks", "--namespace", widgetenv.Namespace, "--timeout", "3s")

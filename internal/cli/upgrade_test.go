@@ -1,3 +1,5 @@
+//go:build envtest
+
 package cli_test
 
 import (

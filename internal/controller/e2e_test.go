@@ -1,3 +1,5 @@
+//go:build e2e
+
 package controller_test
 
 import (
@@ -21,6 +23,7 @@ import (
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/cluster"
 	"github.com/widgetry/widget-operator/internal/testenv/testcerts"
@@ -83,7 +86,7 @@ func TestWidgetReadyOnARealNode(t *testing.T) {
 		}
 	})
 
-	k, err := client.New(c.Config, client.Options{Scheme: widgetenv.Scheme()})
+	k, err := client.New(c.Config, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}

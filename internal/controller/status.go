@@ -10,17 +10,6 @@ import (
 	v1 "github.com/widgetry/widget-operator/api/v1"
 )
 
-// Condition reasons, CamelCase as metav1.Condition requires.
-const (
-	ReasonAvailable           = "Available"
-	ReasonReplicasUnavailable = "ReplicasUnavailable"
-	ReasonDeploymentMissing   = "DeploymentMissing"
-	ReasonRollingOut          = "RollingOut"
-	ReasonRolloutComplete     = "RolloutComplete"
-	ReasonPaused              = "Paused"
-	ReasonReconcileFailed     = "ReconcileFailed"
-)
-
 // computeStatus derives the Widget's status from its Deployment (nil when there is none
 // yet) and from the outcome of this reconcile (reconcileErr). Conditions keep their
 // lastTransitionTime while their status does not change.
@@ -36,27 +25,27 @@ func computeStatus(w *v1.Widget, old v1.WidgetStatus, dep *appsv1.Deployment, re
 	progressing := metav1.Condition{Type: v1.ConditionProgressing, ObservedGeneration: w.Generation}
 	switch {
 	case reconcileErr != nil:
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonReconcileFailed, truncateMessage(reconcileErr.Error())
-		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionFalse, ReasonReconcileFailed, "the controller could not apply the Widget's children; see events"
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, v1.ReasonReconcileFailed, truncateMessage(reconcileErr.Error())
+		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionFalse, v1.ReasonReconcileFailed, "the controller could not apply the Widget's children; see events"
 	case dep == nil:
 		s.AvailableReplicas = 0
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonDeploymentMissing, "the Deployment does not exist yet"
-		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionTrue, ReasonRollingOut, "creating the Deployment"
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, v1.ReasonDeploymentMissing, "the Deployment does not exist yet"
+		progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionTrue, v1.ReasonRollingOut, "creating the Deployment"
 	default:
 		s.AvailableReplicas = dep.Status.AvailableReplicas
 		current := dep.Status.ObservedGeneration >= dep.Generation
 		if current && dep.Status.AvailableReplicas >= desired && dep.Status.UpdatedReplicas >= desired {
-			ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, ReasonAvailable, fmt.Sprintf("%d of %d replicas available", dep.Status.AvailableReplicas, desired)
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, v1.ReasonAvailable, fmt.Sprintf("%d of %d replicas available", dep.Status.AvailableReplicas, desired)
 		} else {
-			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonReplicasUnavailable, fmt.Sprintf("%d of %d replicas available", dep.Status.AvailableReplicas, desired)
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, v1.ReasonReplicasUnavailable, fmt.Sprintf("%d of %d replicas available", dep.Status.AvailableReplicas, desired)
 		}
 		switch {
 		case w.Spec.Paused:
-			progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionFalse, ReasonPaused, "the Widget is paused; its Deployment does not roll out changes"
+			progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionFalse, v1.ReasonPaused, "the Widget is paused; its Deployment does not roll out changes"
 		case !current || dep.Status.UpdatedReplicas < desired || dep.Status.Replicas > desired || dep.Status.AvailableReplicas < desired:
-			progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionTrue, ReasonRollingOut, fmt.Sprintf("%d of %d replicas updated", dep.Status.UpdatedReplicas, desired)
+			progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionTrue, v1.ReasonRollingOut, fmt.Sprintf("%d of %d replicas updated", dep.Status.UpdatedReplicas, desired)
 		default:
-			progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionFalse, ReasonRolloutComplete, "the Deployment has rolled out"
+			progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionFalse, v1.ReasonRolloutComplete, "the Deployment has rolled out"
 		}
 	}
 	meta.SetStatusCondition(&s.Conditions, ready)

@@ -82,7 +82,9 @@ func (r *WidgetReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 			}))).
 		Watches(&apiextensionsv1.CustomResourceDefinition{}, handler.Funcs{
 			UpdateFunc: func(ctx context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				r.followStorageVersion(ctx, e.ObjectNew.(*apiextensionsv1.CustomResourceDefinition))
+				if err := r.followStorageVersion(ctx, e.ObjectNew.(*apiextensionsv1.CustomResourceDefinition)); err != nil {
+					logf.FromContext(ctx).Error(err, "cannot follow the storage version flip; still watching the old version")
+				}
 			},
 		}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == crd.WidgetName }))).
 		Build(r)
@@ -92,8 +94,13 @@ func (r *WidgetReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 // widgetSource watches Widgets of one version; its events are dropped once another version
 // has become the storage version.
 func (r *WidgetReconciler) widgetSource(sv storageVersion) source.Source {
-	return source.Kind(r.Cache, sv.newObject(), &handler.EnqueueRequestForObject{},
-		predicate.NewPredicateFuncs(func(client.Object) bool { return r.currentStorage().name() == sv.name() }))
+	return source.Kind(r.Cache, sv.newObject(), &handler.EnqueueRequestForObject{}, r.whileStorage(sv))
+}
+
+// whileStorage passes the events of sv's watch while sv is the storage version the
+// reconciler follows, so that the two watches of a flip never both enqueue.
+func (r *WidgetReconciler) whileStorage(sv storageVersion) predicate.Predicate {
+	return predicate.NewPredicateFuncs(func(client.Object) bool { return r.currentStorage().name() == sv.name() })
 }
 
 func (r *WidgetReconciler) currentStorage() storageVersion {
@@ -105,29 +112,41 @@ func (r *WidgetReconciler) currentStorage() storageVersion {
 // followStorageVersion switches the Widget watch when the CRD's storage version changed. The
 // new informer lists every Widget, which enqueues them all: their owner references are then
 // rewritten to the new version, before the old one can stop being served.
-func (r *WidgetReconciler) followStorageVersion(ctx context.Context, c *apiextensionsv1.CustomResourceDefinition) {
+//
+// It returns an error, and changes nothing, when the new version is unknown to this binary or
+// its watch cannot be started: the old watch keeps delivering events, and the next update
+// of the CRD (the informer's periodic resync included) tries again.
+func (r *WidgetReconciler) followStorageVersion(ctx context.Context, c *apiextensionsv1.CustomResourceDefinition) error {
 	log := logf.FromContext(ctx)
 	version := storageVersionOf(c)
 	old := r.currentStorage()
 	if version == "" || version == old.name() {
-		return
+		return nil
 	}
 	sv, err := storageVersionFor(version)
 	if err != nil {
-		log.Error(err, "cannot follow the storage version flip; still watching the old version", "old", old.name(), "new", version)
-		return
+		return fmt.Errorf("storage version %s -> %s: %w", old.name(), version, err)
 	}
-	r.mu.Lock()
-	r.storage = sv
-	r.mu.Unlock()
+	// Switch before the new watch starts, so the events of its initial list are not dropped
+	// by its own filter.
+	r.setStorage(sv)
 	if err := r.controller.Watch(r.widgetSource(sv)); err != nil {
-		log.Error(err, "watching Widgets of the new storage version", "version", version)
-		return
+		// Roll back: with the switch kept and no new watch, the old watch's filter would drop
+		// every event and nothing would be reconciled until a restart.
+		r.setStorage(old)
+		return fmt.Errorf("storage version %s -> %s: watch Widgets of %s: %w", old.name(), version, version, err)
 	}
 	if err := r.Cache.RemoveInformer(ctx, old.newObject()); err != nil {
 		log.Error(err, "removing the informer of the old storage version", "version", old.name())
 	}
 	log.Info("storage version changed: now watching the new storage version", "old", old.name(), "new", version)
+	return nil
+}
+
+func (r *WidgetReconciler) setStorage(sv storageVersion) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.storage = sv
 }
 
 // storageVersionOf returns the CRD's storage version ("" if none is marked).
@@ -152,9 +171,16 @@ func catalogEntryToWidget(_ context.Context, o client.Object) []reconcile.Reques
 
 // Reconcile brings one Widget's children, catalog entry and status in line with its spec.
 func (r *WidgetReconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
-	if paused, err := r.paused(ctx); err != nil || paused {
-		// Paused for uninstall: look again later in case the pause is lifted by hand.
-		return ctrl.Result{RequeueAfter: 30 * time.Second}, err
+	paused, err := r.paused(ctx)
+	if err != nil {
+		// The error alone: controller-runtime ignores a Result returned with an error (and
+		// logs a warning), and requeues the request with backoff anyway.
+		return ctrl.Result{}, err
+	}
+	if paused {
+		// Paused for uninstall: look again later in case the pause is lifted by hand (deleting
+		// the marker triggers no event for this Widget).
+		return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
 	}
 	sv := r.currentStorage()
 	obj := sv.newObject()

@@ -1,3 +1,5 @@
+//go:build envtest
+
 package controller_test
 
 import (
@@ -12,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -20,6 +23,7 @@ import (
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/controller"
 	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
@@ -62,7 +66,7 @@ func catalogEntry(c client.Client, ns, name string) error {
 // of a real kube-controller-manager: children, owner references, status, drift repair, the
 // three deletion propagation policies, and the finalizer with the operator down.
 func TestWidgetLifecycle(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{Scheme: widgetenv.Scheme()})
+	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
 	// Stage flip-storage: both versions served and v1 stored, so deleting through v1 works
 	// even with the operator (and its conversion webhook) down. Owner references through
 	// v1alpha1 at earlier stages are TestControllerFollowsStages' subject.
@@ -107,7 +111,7 @@ func TestWidgetLifecycle(t *testing.T) {
 	})
 
 	t.Run("observedGeneration follows a spec change made through v1", func(t *testing.T) {
-		if err := retryConflict(func() error { // the controller writes the Widget too
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error { // the controller writes the Widget too
 			hub := &v1.Widget{}
 			if err := c.Get(ctx, key("apps", "shop"), hub); err != nil {
 				return err
@@ -129,7 +133,7 @@ func TestWidgetLifecycle(t *testing.T) {
 			if *dep.Spec.Replicas != 3 || !dep.Spec.Paused || got.Status.ObservedGeneration != got.Generation {
 				return fmt.Errorf("replicas %d paused %v observedGeneration %d generation %d", *dep.Spec.Replicas, dep.Spec.Paused, got.Status.ObservedGeneration, got.Generation)
 			}
-			if cond := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionProgressing); cond.Reason != controller.ReasonPaused {
+			if cond := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionProgressing); cond.Reason != v1.ReasonPaused {
 				return fmt.Errorf("Progressing %s/%s, want reason Paused", cond.Status, cond.Reason)
 			}
 			return nil
@@ -172,7 +176,7 @@ func TestWidgetLifecycle(t *testing.T) {
 		hold := &appsv1.Deployment{}
 		setHold := func(on bool) {
 			t.Helper()
-			if err := retryConflict(func() error {
+			if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 				if err := c.Get(ctx, key("apps", "fg"), hold); err != nil {
 					return err
 				}
@@ -269,7 +273,7 @@ func TestWidgetLifecycle(t *testing.T) {
 		testenv.Eventually(t, timeout, "the marker is collected with its owner", func() error {
 			return allGone(c, key(widgetenv.Namespace, controller.PausedConfigMap), &corev1.ConfigMap{})
 		})
-		if err := retryConflict(func() error {
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			if err := c.Get(ctx, key("apps", "paused"), got); err != nil {
 				return err
 			}
@@ -290,7 +294,7 @@ func TestWidgetLifecycle(t *testing.T) {
 		testenv.Eventually(t, timeout, "catalog entry", func() error { return catalogEntry(c, "apps", "stuck") })
 		mgr.Stop(t, 30*time.Second)
 		// Through v1, the storage version: with the operator down its conversion webhook is
-		// down too, and only the stored version reads and deletes without it (seed 000).
+		// down too, and only the stored version reads and deletes without it.
 		if err := c.Delete(ctx, &v1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "stuck"}}); err != nil {
 			t.Fatal(err)
 		}
@@ -348,7 +352,7 @@ func waitChildren(t *testing.T, c client.Client, ns, name string) {
 // TestControllerFollowsStages: the controller works at every stage, watching the storage
 // version, and after the flip it rewrites owner references to v1 before v1alpha1 goes.
 func TestControllerFollowsStages(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{Scheme: widgetenv.Scheme()})
+	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
 	op := widgetenv.Setup(t, env, crd.StageInitial)
 	op.StartManager(t, widgetenv.ManagerOptions{})
 	c := env.Client
@@ -407,14 +411,4 @@ func TestControllerFollowsStages(t *testing.T) {
 	op.SetStage(t, crd.StageUnserve)
 	setSize(t, &v1.Widget{}, 6)
 	expectChildren(t, 6, "widgetry.io/v1", timeout)
-}
-
-func retryConflict(fn func() error) error {
-	for i := 0; ; i++ {
-		err := fn()
-		if err == nil || !apierrors.IsConflict(err) || i > 20 {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

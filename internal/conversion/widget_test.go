@@ -26,8 +26,9 @@ func data(d conversion.RestoreData) map[string]string {
 	return map[string]string{conversion.DataAnnotation: d.Marshal()}
 }
 
-// TestToHub covers seed 001's hazards on the way to v1: unset versus zero, empty versus
-// unset lists, the timeout bounds, stale annotations written before a v1alpha1 edit.
+// TestToHub covers the hazards on the way to v1 (the rules are in the package documentation):
+// unset versus zero, empty versus unset lists, the timeout bounds, stale annotations written
+// before a v1alpha1 edit.
 func TestToHub(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -135,7 +136,7 @@ func TestConversionErrors(t *testing.T) {
 }
 
 // TestMetadataAndStatusPassThrough: conversion never rewrites what the apiserver or other
-// clients own (seed 001 §15).
+// clients own: metadata (apart from the conversion-data annotation) and status.
 func TestMetadataAndStatusPassThrough(t *testing.T) {
 	in := conversiontest.RealisticWidget("team-a", 7)
 	in.Spec.TimeoutSeconds = ptr.To[int32](2)

@@ -18,15 +18,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -39,12 +38,11 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	v1 "github.com/widgetry/widget-operator/api/v1"
-	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/controller"
 	"github.com/widgetry/widget-operator/internal/crd"
 	widgetmetrics "github.com/widgetry/widget-operator/internal/metrics"
 	"github.com/widgetry/widget-operator/internal/migrate"
+	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/version"
 	"github.com/widgetry/widget-operator/internal/webhook"
 )
@@ -112,16 +110,6 @@ func DefaultOptions() Options {
 	}
 }
 
-// Scheme returns the scheme the manager uses: client-go's types, CRDs and both Widget versions.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(apiextensionsv1.AddToScheme(s))
-	utilruntime.Must(v1.AddToScheme(s))
-	utilruntime.Must(v1alpha1.AddToScheme(s))
-	return s
-}
-
 // TLSOptions returns the tls.Config settings of every server the manager runs: a minimum
 // version and, unless enabled, no HTTP/2.
 func TLSOptions(minVersion uint16, enableHTTP2 bool) func(*tls.Config) {
@@ -141,11 +129,42 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if opts.Namespace == "" {
 		return errors.New("the manager's namespace is not set: pass --namespace or set POD_NAMESPACE")
 	}
-	scheme := Scheme()
+	s := scheme.New()
 	cert := newServingCertificate(opts.WebhookCertDir, opts.WebhookCertName, opts.WebhookKeyName)
 	tlsOpts := TLSOptions(opts.TLSMinVersion, opts.EnableHTTP2)
 	var draining atomic.Bool
 
+	webhookMgr, err := newWebhookManager(cfg, opts, s, cert, tlsOpts)
+	if err != nil {
+		return err
+	}
+	webhookServer, err := setupWebhooks(webhookMgr, opts, &draining)
+	if err != nil {
+		return err
+	}
+	if err := setupMetrics(log, webhookMgr, opts, cert); err != nil {
+		return err
+	}
+	if err := setupChecks(webhookMgr, webhookServer, cert, &draining); err != nil {
+		return err
+	}
+
+	controllerMgr, err := newControllerManager(cfg, opts, s)
+	if err != nil {
+		return err
+	}
+	if err := setupReconcilers(ctx, controllerMgr, opts); err != nil {
+		return err
+	}
+
+	return runManagers(ctx, log, opts, &draining, webhookMgr, controllerMgr)
+}
+
+// newWebhookManager creates the manager of every replica, leader or not: it owns the one
+// HTTPS webhook server, the metrics endpoint and the health probes, and runs the serving
+// certificate's reloader. It has no leader election, so a standby replica serves conversion
+// and admission too.
+func newWebhookManager(cfg *rest.Config, opts Options, scheme *runtime.Scheme, cert *servingCertificate, tlsOpts func(*tls.Config)) (ctrl.Manager, error) {
 	webhookServer := crwebhook.NewServer(crwebhook.Options{
 		Port: opts.WebhookPort,
 		TLSOpts: []func(*tls.Config){tlsOpts, func(c *tls.Config) {
@@ -166,16 +185,23 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		}},
 	})
 	if err != nil {
-		return fmt.Errorf("create the webhook manager: %w", err)
+		return nil, fmt.Errorf("create the webhook manager: %w", err)
 	}
 	if err := webhookMgr.Add(cert); err != nil {
-		return err
+		return nil, err
 	}
+	return webhookMgr, nil
+}
+
+// setupWebhooks registers the conversion, defaulting and validating handlers on the webhook
+// manager's server, which it returns, each wrapped so that it closes connections while the
+// replica drains.
+func setupWebhooks(webhookMgr ctrl.Manager, opts Options, draining *atomic.Bool) (crwebhook.Server, error) {
 	// The manager starts its webhook server only once it has been asked for it.
-	webhookServer = webhookMgr.GetWebhookServer()
+	webhookServer := webhookMgr.GetWebhookServer()
 	convMetrics, err := webhook.NewConversionMetrics(metrics.Registry)
 	if err != nil {
-		return fmt.Errorf("register conversion metrics: %w", err)
+		return nil, fmt.Errorf("register conversion metrics: %w", err)
 	}
 	// While draining, answers carry "Connection: close": the apiserver keeps connections to
 	// the webhook Service alive, and a kept-alive connection stays pinned to this pod after
@@ -193,6 +219,13 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	webhookServer.Register(webhook.ConvertPath, closeWhenDraining(&webhook.ConversionHandler{MaxBodyBytes: opts.MaxConversionBodyBytes, Metrics: convMetrics}))
 	webhookServer.Register(webhook.MutatePath, closeWhenDraining(&crwebhook.Admission{Handler: webhook.Defaulter{}}))
 	webhookServer.Register(webhook.ValidatePath, closeWhenDraining(&crwebhook.Admission{Handler: webhook.Validator{}}))
+	return webhookServer, nil
+}
+
+// setupMetrics registers the operator's own collectors (build info, CRD versions, serving
+// certificate expiry, migration progress) next to controller-runtime's, so that every
+// replica exports them, not only the leader.
+func setupMetrics(log logr.Logger, webhookMgr ctrl.Manager, opts Options, cert *servingCertificate) error {
 	// The CRD and migration collectors read at scrape time through the API reader: a GET of
 	// one CRD and a LIST of the progress ConfigMaps in the manager's namespace per scrape,
 	// cheaper than caching ConfigMaps for this alone.
@@ -208,6 +241,13 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if err := metrics.Registry.Register(migrate.NewProgressCollector(webhookMgr.GetAPIReader(), opts.Namespace).WithLogger(log.WithName("migration-metrics"))); err != nil {
 		return fmt.Errorf("register migration metrics: %w", err)
 	}
+	return nil
+}
+
+// setupChecks adds the health probes. Liveness is a ping; readiness needs a loaded serving
+// certificate and a started webhook server, and fails as soon as the replica drains, so that
+// its endpoint leaves the webhook Service before the server stops.
+func setupChecks(webhookMgr ctrl.Manager, webhookServer crwebhook.Server, cert *servingCertificate, draining *atomic.Bool) error {
 	if err := webhookMgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
@@ -225,11 +265,18 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 			return err
 		}
 	}
+	return nil
+}
 
+// newControllerManager creates the manager that runs the Widget controller under leader
+// election. It serves neither metrics nor probes (the webhook manager does) and releases its
+// lease when stopped, so a standby takes over within a retry period instead of a lease
+// duration.
+func newControllerManager(cfg *rest.Config, opts Options, scheme *runtime.Scheme) (ctrl.Manager, error) {
 	leaseDuration, renewDeadline, retryPeriod := opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod
 	lock, err := leaseLock(cfg, opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	controllerMgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		LeaderElectionResourceLockInterface: lock,
@@ -247,8 +294,14 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		Cache:                               controllerCache(opts.Namespace),
 	})
 	if err != nil {
-		return fmt.Errorf("create the controller manager: %w", err)
+		return nil, fmt.Errorf("create the controller manager: %w", err)
 	}
+	return controllerMgr, nil
+}
+
+// setupReconcilers adds the Widget controller to the controller manager. Its setup reads the
+// CRD to find the storage version to watch, so it needs the apiserver before anything starts.
+func setupReconcilers(ctx context.Context, controllerMgr ctrl.Manager, opts Options) error {
 	reconciler := &controller.WidgetReconciler{
 		Client:           controllerMgr.GetClient(),
 		APIReader:        controllerMgr.GetAPIReader(),
@@ -259,7 +312,15 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if err := reconciler.SetupWithManager(ctx, controllerMgr); err != nil {
 		return fmt.Errorf("set up the Widget controller: %w", err)
 	}
+	return nil
+}
 
+// runManagers starts both managers, each under its own context detached from ctx, and waits
+// for ctx to end or for either manager to stop; then it shuts down in order. Readiness fails
+// first (draining), the controller stops and releases its lease, the webhooks keep serving
+// for DrainDelay while endpoints are removed (or until they stop by themselves), then stop.
+// The first error wins; a clean shutdown returns nil.
+func runManagers(ctx context.Context, log logr.Logger, opts Options, draining *atomic.Bool, webhookMgr, controllerMgr ctrl.Manager) error {
 	webhookCtx, stopWebhooks := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWebhooks()
 	controllerCtx, stopController := context.WithCancel(context.WithoutCancel(ctx))

@@ -1,3 +1,5 @@
+//go:build envtest
+
 package manager_test
 
 import (
@@ -20,6 +22,7 @@ import (
 
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/manager"
+	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
@@ -128,7 +131,7 @@ func byIdentity(ms []*widgetenv.Manager, id string) *widgetenv.Manager {
 // leader is killed (a standby leads once the lease expires). Webhook traffic to the replicas
 // that are routable sees no failure throughout: webhooks do not depend on leadership.
 func TestLeaderHandover(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{Scheme: widgetenv.Scheme()})
+	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
 	op := widgetenv.Setup(t, env, crd.StageAddVersion)
 	ms := replicas(t, op, 3, "--drain-delay=5s")
 	first, _ := waitLeader(t, env.Client, 30*time.Second, func(h string) bool { return byIdentity(ms, h) != nil })
@@ -198,7 +201,7 @@ func servedSerial(t *testing.T, pool *x509.CertPool, port int) string {
 // in the mounted Secret) while both replicas take load: no request fails and both serve the
 // new certificate without a restart.
 func TestCertificateRotation(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{Scheme: widgetenv.Scheme()})
+	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
 	op := widgetenv.Setup(t, env, crd.StageAddVersion)
 	ms := replicas(t, op, 2)
 	pool := op.CA.CertPool()
@@ -234,7 +237,7 @@ func TestCertificateRotation(t *testing.T) {
 // TestDrain: after SIGTERM readiness fails at once, and requests keep succeeding for the
 // drain delay.
 func TestDrain(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{Scheme: widgetenv.Scheme()})
+	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
 	op := widgetenv.Setup(t, env, crd.StageAddVersion)
 	m := op.StartManager(t, widgetenv.ManagerOptions{Args: []string{"--drain-delay=4s"}})
 	url := "https://127.0.0.1:" + strconv.Itoa(m.WebhookPort)
@@ -274,7 +277,7 @@ func TestDrain(t *testing.T) {
 // TestSecureEndpoints: no HTTP/2, no TLS below 1.2, and /metrics only for an authenticated and
 // authorized client.
 func TestSecureEndpoints(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{Scheme: widgetenv.Scheme()})
+	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
 	op := widgetenv.Setup(t, env, crd.StageAddVersion)
 	m := op.StartManager(t, widgetenv.ManagerOptions{})
 	pool := op.CA.CertPool()

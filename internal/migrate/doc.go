@@ -1,7 +1,9 @@
 // Package migrate re-encodes every stored object of a CustomResourceDefinition in its
 // storage version and then trims status.storedVersions to that version: the step between
-// flipping a CRD's storage version and no longer serving the old one (seed 001 §10, §16).
-// It knows nothing about Widgets or stages; it works for any CRD and version pair.
+// flipping a CRD's storage version and no longer serving the old one (what the migrate stage
+// of the staged upgrade runs; the stages are described in the documentation of package
+// internal/crd). It itself knows nothing about Widgets or stages; it works for any CRD and
+// version pair.
 //
 // Changing `storage: true` changes how new writes are encoded, not what etcd already holds:
 // each object stays in the old encoding until it is written again. Migrate writes each one

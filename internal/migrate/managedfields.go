@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/widgetry/widget-operator/internal/metalist"
 )
 
 // DropManagedFields removes, from every object of CRD crdName, the managedFields entries
@@ -39,56 +41,46 @@ func (m *Migrator) DropManagedFields(ctx context.Context, crdName, version strin
 	res := m.meta.Resource(gvr)
 	var counts Counts
 	var firstErr error
-	cont := ""
-	for {
-		list, err := res.List(ctx, metav1.ListOptions{Limit: DefaultPageSize, Continue: cont})
-		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-			cont = "" // idempotent: objects already cleaned have nothing left to drop
-			continue
+	// Every object is patched at most once and a dropped entry stays dropped, so the full
+	// LIST the pager falls back to after a 410 Gone is safe.
+	err := metalist.Each(ctx, res, func(o *metav1.PartialObjectMetadata) error {
+		kept := make([]metav1.ManagedFieldsEntry, 0, len(o.ManagedFields))
+		for _, e := range o.ManagedFields {
+			if e.APIVersion != apiVersion {
+				kept = append(kept, e)
+			}
 		}
+		if len(kept) == len(o.ManagedFields) {
+			return nil
+		}
+		var mf any = kept
+		if len(kept) == 0 {
+			// An empty list in a patch means "leave managedFields alone"; a single empty
+			// entry means "reset them".
+			mf = []map[string]any{{}}
+		}
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": o.ResourceVersion, "managedFields": mf}})
 		if err != nil {
-			return counts, fmt.Errorf("list %s: %w", gvr.GroupResource(), err)
+			return err
 		}
-		for i := range list.Items {
-			o := &list.Items[i]
-			kept := make([]metav1.ManagedFieldsEntry, 0, len(o.ManagedFields))
-			for _, e := range o.ManagedFields {
-				if e.APIVersion != apiVersion {
-					kept = append(kept, e)
-				}
-			}
-			if len(kept) == len(o.ManagedFields) {
-				continue
-			}
-			var mf any = kept
-			if len(kept) == 0 {
-				// An empty list in a patch means "leave managedFields alone"; a single empty
-				// entry means "reset them".
-				mf = []map[string]any{{}}
-			}
-			patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": o.ResourceVersion, "managedFields": mf}})
-			if err != nil {
-				return counts, err
-			}
-			_, err = res.Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
-			switch {
-			case err == nil:
-				counts.Migrated++
-			case apierrors.IsConflict(err):
-				counts.Conflict++
-			case apierrors.IsNotFound(err):
-				counts.NotFound++
-			default:
-				counts.Error++
-				if firstErr == nil {
-					firstErr = fmt.Errorf("drop %s managedFields of %s %s: %w", apiVersion, gvr.GroupResource(), objectKey(o.Namespace, o.Name), err)
-				}
+		_, err = res.Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		switch {
+		case err == nil:
+			counts.Migrated++
+		case apierrors.IsConflict(err):
+			counts.Conflict++
+		case apierrors.IsNotFound(err):
+			counts.NotFound++
+		default:
+			counts.Error++
+			if firstErr == nil {
+				firstErr = fmt.Errorf("drop %s managedFields of %s %s: %w", apiVersion, gvr.GroupResource(), objectKey(o.Namespace, o.Name), err)
 			}
 		}
-		if list.Continue == "" {
-			break
-		}
-		cont = list.Continue
+		return nil
+	})
+	if err != nil {
+		return counts, fmt.Errorf("list %s: %w", gvr.GroupResource(), err)
 	}
 	if firstErr != nil {
 		return counts, fmt.Errorf("%d objects kept managedFields of %s (first: %w); rerun", counts.Error, apiVersion, firstErr)

@@ -10,7 +10,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// Metric names: a contract with the alerts and dashboards (DESIGN.md, prefix widget_).
+// Metric names: a contract with the alerts and dashboards (internal/monitoring) and the metric
+// catalogue in runbooks/README.md; like every metric of the operator they start with widget_.
 const (
 	MetricObjectsTotal          = "widget_migration_objects_total"
 	MetricInProgress            = "widget_migration_in_progress"

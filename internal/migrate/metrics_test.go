@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/widgetry/widget-operator/internal/scheme"
 )
 
 // TestProgressCollector covers the phases the integration tests do not end in: a running
@@ -25,7 +27,7 @@ func TestProgressCollector(t *testing.T) {
 		}
 		return c
 	}
-	c := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(
 		cm("ops", "widgets.widgetry.io", true, Progress{Phase: PhaseRunning, LastProgressTime: at, Counts: Counts{Migrated: 7, Conflict: 2}}),
 		cm("ops", "gadgets.example.com", true, Progress{Phase: PhaseFailed, LastProgressTime: at, Counts: Counts{Migrated: 1, NotFound: 1, Error: 3}}),
 		cm("ops", "unlabelled.example.com", false, Progress{Phase: PhaseFailed}),

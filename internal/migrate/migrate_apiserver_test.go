@@ -1,3 +1,5 @@
+//go:build envtest
+
 package migrate_test
 
 import (
@@ -15,7 +17,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/widgetry/widget-operator/internal/conversion/conversiontest"
-
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/migrate"
 	"github.com/widgetry/widget-operator/internal/testenv"

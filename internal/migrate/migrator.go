@@ -10,16 +10,16 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/discovery"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/widgetry/widget-operator/internal/scheme"
 )
 
 // Backend selects who rewrites the objects.
@@ -141,20 +141,12 @@ type Migrator struct {
 	disc discovery.DiscoveryInterface
 }
 
-// Scheme is what Migrator's client reads: core, apiextensions and storagemigration types.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(apiextensionsv1.AddToScheme(s))
-	return s
-}
-
 // New builds a Migrator. cfg's QPS and Burst apply to all its requests; leave them at zero
 // for client-go's defaults (5/10), which are far too low for migration: set DefaultQPS and
 // DefaultBurst, or the caller's flags.
 func New(cfg *rest.Config) (*Migrator, error) {
 	cfg = rest.CopyConfig(cfg)
-	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		return nil, fmt.Errorf("create the Kubernetes client: %w", err)
 	}
@@ -179,16 +171,6 @@ type target struct {
 	storedAtStart  []string
 	generation     int64
 	progressHolder string
-}
-
-// storageVersion returns the CRD's storage version, "" if none is marked.
-func storageVersion(c *apiextensionsv1.CustomResourceDefinition) string {
-	for _, v := range c.Spec.Versions {
-		if v.Storage {
-			return v.Name
-		}
-	}
-	return ""
 }
 
 // Migrate rewrites every stored object of opts.CRD in its storage version, then trims
@@ -296,7 +278,7 @@ func (m *Migrator) readTarget(ctx context.Context, opts Options) (*target, error
 		}
 		return nil, fmt.Errorf("read CRD %s: %w", opts.CRD, err)
 	}
-	storage := storageVersion(c)
+	storage, _ := apihelpers.GetCRDStorageVersion(c) // "" for none: refused below
 	if storage == "" {
 		return nil, refusef("CRD %s marks no version as storage: fix spec.versions", opts.CRD)
 	}

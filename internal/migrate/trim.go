@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -57,7 +58,7 @@ func TrimStoredVersions(ctx context.Context, c client.Client, crdName string, wa
 
 func checkTrim(crd *apiextensionsv1.CustomResourceDefinition, want TrimExpectation) error {
 	rerun := fmt.Sprintf("storedVersions left as %v; rerun 'widgetctl migrate --crd %s' to migrate again under the new spec", crd.Status.StoredVersions, crd.Name)
-	if got := storageVersion(crd); got != want.StorageVersion {
+	if got, _ := apihelpers.GetCRDStorageVersion(crd); got != want.StorageVersion {
 		return refusef("not trimming: the storage version of CRD %s changed from %s to %s during the migration, so objects may be stored in either; %s",
 			crd.Name, want.StorageVersion, got, rerun)
 	}

@@ -55,7 +55,8 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// RunbookURL is the runbook page of an alert, by DESIGN.md's path scheme.
+// RunbookURL is the runbook page of an alert: <base>/alerts/<AlertName>.md, the layout of
+// runbooks/ in this repository (runbooks/README.md links every page).
 func (c Config) RunbookURL(alert string) string {
 	return strings.TrimSuffix(c.RunbookBaseURL, "/") + "/alerts/" + alert + ".md"
 }

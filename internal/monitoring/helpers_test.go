@@ -8,20 +8,9 @@ import (
 	"testing"
 
 	"github.com/prometheus/prometheus/promql/parser"
-)
 
-// repoRoot is the repository root, two levels above this package.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		t.Fatalf("repository root %s has no go.mod: %v", root, err)
-	}
-	return root
-}
+	"github.com/widgetry/widget-operator/internal/testenv/prereq"
+)
 
 // grafanaVariables are replaced by values of the same PromQL type before parsing a dashboard
 // query (Grafana substitutes them before sending the query).
@@ -88,7 +77,7 @@ var catalogueRow = regexp.MustCompile("^\\|\\s*`([a-zA-Z_:][a-zA-Z0-9_:]*)`\\s*\
 // readCatalogue parses the metric catalogue table.
 func readCatalogue(t *testing.T) map[string]catalogueEntry {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "runbooks", "README.md"))
+	b, err := os.ReadFile(filepath.Join(prereq.RepoRoot(t), "runbooks", "README.md"))
 	if err != nil {
 		t.Fatalf("read the metric catalogue: %v", err)
 	}

@@ -1,3 +1,5 @@
+//go:build envtest
+
 package monitoring
 
 import (
@@ -24,7 +26,9 @@ import (
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/migrate"
+	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/testenv"
+	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
 
@@ -69,10 +73,7 @@ func targets(base string) string {
 // startPrometheus runs Debian's Prometheus with config until the test ends.
 func startPrometheus(t *testing.T, config string) string {
 	t.Helper()
-	prometheus, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Fatalf("prometheus not found (%v): apt-get install -y prometheus (scripts/apt-packages.txt)", err)
-	}
+	prometheus := prereq.Command(t, "prometheus", "envtest")
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
@@ -104,7 +105,7 @@ func startPrometheus(t *testing.T, config string) string {
 // dashboard query and alert expression evaluates, the key panels return data, and the
 // runbooks' diagnosis commands that need only the apiserver run and succeed.
 func TestLiveManagerScrapedByPrometheus(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{Scheme: widgetenv.Scheme()})
+	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
 	op := widgetenv.Setup(t, env, crd.StageAddVersion)
 	m := op.StartManager(t, widgetenv.ManagerOptions{})
 	dir := t.TempDir()
@@ -240,7 +241,7 @@ func runRunbookCommands(t *testing.T, env *testenv.Env, op *widgetenv.Operator) 
 	widgetctl := widgetenv.Binary(t, "widgetctl")
 	path := filepath.Dir(widgetctl) + ":" + env.AssetsDir + ":" + os.Getenv("PATH")
 	seen := map[string]bool{}
-	files, err := filepath.Glob(filepath.Join(repoRoot(t), "runbooks", "*", "*.md"))
+	files, err := filepath.Glob(filepath.Join(prereq.RepoRoot(t), "runbooks", "*", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -21,12 +20,14 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 	prommodel "github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 )
 
 // TestGeneratedFilesUpToDate fails when the committed rules or dashboards differ from what the
 // generator writes (make generate: go run ./internal/monitoring/gen).
 func TestGeneratedFilesUpToDate(t *testing.T) {
-	root := repoRoot(t)
+	root := prereq.RepoRoot(t)
 	files, err := Files(DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -65,32 +66,6 @@ func TestGeneratedFilesUpToDate(t *testing.T) {
 	}
 }
 
-// TestPromtool runs promtool check rules and promtool test rules (Debian package prometheus,
-// listed in scripts/apt-packages.txt). A missing promtool is a failure, not a skip: the alert
-// tests are the proof that every alert fires and stays silent when it should.
-func TestPromtool(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatalf("promtool not found (%v): install it with apt-get install -y prometheus (scripts/apt-packages.txt)", err)
-	}
-	root := repoRoot(t)
-	tests, err := filepath.Glob(filepath.Join(root, "dashboards", "prometheus", "tests", "*.test.yaml"))
-	if err != nil || len(tests) == 0 {
-		t.Fatalf("no promtool tests under dashboards/prometheus/tests (%v)", err)
-	}
-	for _, args := range [][]string{
-		{"check", "rules", RulesPath},
-		append([]string{"test", "rules"}, relativeTo(t, root, tests)...),
-	} {
-		cmd := exec.Command(promtool, args...)
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-}
-
 func relativeTo(t *testing.T, root string, paths []string) []string {
 	var rel []string
 	for _, p := range paths {
@@ -116,7 +91,7 @@ func TestPromtoolCoversEveryAlert(t *testing.T) {
 		} `yaml:"tests"`
 	}
 	fires, silent := map[string]int{}, map[string]int{}
-	files, _ := filepath.Glob(filepath.Join(repoRoot(t), "dashboards", "prometheus", "tests", "*.test.yaml"))
+	files, _ := filepath.Glob(filepath.Join(prereq.RepoRoot(t), "dashboards", "prometheus", "tests", "*.test.yaml"))
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -439,7 +414,7 @@ func checkCatalogueEntry(t *testing.T, m string, e catalogueEntry, code string) 
 // (whose queries name every metric and so prove nothing).
 func projectGoSource(t *testing.T) string {
 	t.Helper()
-	root := repoRoot(t)
+	root := prereq.RepoRoot(t)
 	var b strings.Builder
 	for _, dir := range []string{"internal", "cmd"} {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
@@ -472,7 +447,7 @@ func projectGoSource(t *testing.T) string {
 // TestRunbooks checks that every alert has its page with the four sections, and that the
 // upgrade and procedure pages the alerts and refusals point at exist.
 func TestRunbooks(t *testing.T) {
-	root := repoRoot(t)
+	root := prereq.RepoRoot(t)
 	sections := []string{"## Meaning", "## Impact", "## Diagnosis", "## Mitigation"}
 	for _, a := range AlertNames() {
 		path := filepath.Join(root, "runbooks", "alerts", a+".md")

@@ -1,3 +1,5 @@
+//go:build envtest
+
 package monitoring
 
 import (
@@ -14,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 )
 
 // synthetic is one series of the synthetic data set: labels and its value at seconds since the
@@ -140,14 +144,8 @@ func writeOpenMetrics(path string, data []synthetic, start, end time.Time, step 
 // and the apiserver's metrics into Debian's Prometheus and evaluates every dashboard query (each
 // must return data) and every alert expression (each must evaluate without error).
 func TestQueriesAgainstPrometheus(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatalf("promtool not found (%v): install it with apt-get install -y prometheus (scripts/apt-packages.txt)", err)
-	}
-	prometheus, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Fatalf("prometheus not found (%v): install it with apt-get install -y prometheus (scripts/apt-packages.txt)", err)
-	}
+	promtool := prereq.Command(t, "promtool", "envtest")
+	prometheus := prereq.Command(t, "prometheus", "envtest")
 	dir := t.TempDir()
 	end := time.Now().Truncate(time.Minute)
 	start := end.Add(-30 * time.Minute)

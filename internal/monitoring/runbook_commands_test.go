@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"k8s.io/client-go/util/jsonpath"
+
+	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 )
 
 // TestRunbookJSONPaths parses every kubectl JSONPath and custom-columns expression in the
@@ -17,7 +19,7 @@ func TestRunbookJSONPaths(t *testing.T) {
 	jsonpathArg := regexp.MustCompile(`jsonpath='([^']*)'`)
 	columnsArg := regexp.MustCompile(`custom-columns='([^']*)'`)
 	checked := 0
-	err := filepath.WalkDir(filepath.Join(repoRoot(t), "runbooks"), func(path string, d os.DirEntry, err error) error {
+	err := filepath.WalkDir(filepath.Join(prereq.RepoRoot(t), "runbooks"), func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".md") {
 			return err
 		}
@@ -66,7 +68,7 @@ func TestRunbookShellSyntax(t *testing.T) {
 	}
 	block := regexp.MustCompile("(?s)```sh\n(.*?)```")
 	blocks := 0
-	err = filepath.WalkDir(filepath.Join(repoRoot(t), "runbooks"), func(path string, d os.DirEntry, err error) error {
+	err = filepath.WalkDir(filepath.Join(prereq.RepoRoot(t), "runbooks"), func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".md") {
 			return err
 		}

@@ -1,3 +1,5 @@
+//go:build envtest
+
 package monitoring
 
 import (
@@ -6,15 +8,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 )
 
 // TestStageExprWithPromtool evaluates the API upgrade dashboard's Stage query with promtool for
-// every row of DESIGN.md's stage table (as a recording rule, since promtool tests rules).
+// every row of the stage table in internal/crd's package documentation (as a recording rule,
+// since promtool tests rules).
 func TestStageExprWithPromtool(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatalf("promtool not found (%v): install it with apt-get install -y prometheus (scripts/apt-packages.txt)", err)
-	}
+	promtool := prereq.Command(t, "promtool", "envtest")
 	expr := strings.NewReplacer(`job="$job"`, `job="widget-operator"`, `namespace=~"$namespace"`, `namespace=~".*"`).Replace(stageExpr)
 	dir := t.TempDir()
 	rules := "groups:\n  - name: stage\n    rules:\n      - record: widget:stage\n        expr: |\n" + indent(expr, "          ") + "\n"

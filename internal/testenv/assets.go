@@ -1,26 +1,22 @@
 package testenv
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 )
 
 const (
 	// assetsEnv overrides where the binaries are looked up. It is the variable envtest and
 	// setup-envtest use, so a developer who already has binaries elsewhere can point at them.
 	assetsEnv = "KUBEBUILDER_ASSETS"
-
-	// modulePath identifies this repository's go.mod while walking up the tree; nested
-	// modules (scripts/tools/*) have go.mod files too and must not be mistaken for the root.
-	modulePath = "github.com/widgetry/widget-operator"
 
 	kubeAPIServer         = "kube-apiserver"
 	etcd                  = "etcd"
@@ -60,7 +56,7 @@ func assetsDir() (dir string, fromEnv bool, err error) {
 	if dir := os.Getenv(assetsEnv); dir != "" {
 		return dir, true, nil
 	}
-	root, err := repoRoot()
+	root, err := prereq.Root()
 	if err != nil {
 		return "", false, err
 	}
@@ -102,42 +98,4 @@ func checkBinaries(dir string, fromEnv bool, names ...string) error {
 	b.WriteString(".\nBuild the pinned Kubernetes toolchain into the repository's bin/ with `make tools` " +
 		"(scripts/toolchain.sh): about 25 minutes cold on 2 cores, seconds once Go's build cache is warm.")
 	return errors.New(b.String())
-}
-
-// repoRoot finds the directory of this repository's go.mod. It starts from this source
-// file when its path is known (not the case under -trimpath) and from the working
-// directory otherwise; `go test` runs in the package directory, inside the repository.
-func repoRoot() (string, error) {
-	start, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("finding the repository root: %w", err)
-	}
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		start = filepath.Dir(file)
-	}
-	for dir := start; ; dir = filepath.Dir(dir) {
-		if isModuleRoot(dir) {
-			return dir, nil
-		}
-		if filepath.Dir(dir) == dir {
-			return "", fmt.Errorf("no go.mod declaring module %s above %s; run the tests inside the repository or set $%s",
-				modulePath, start, assetsEnv)
-		}
-	}
-}
-
-// isModuleRoot reports whether dir holds the go.mod of this repository's main module.
-func isModuleRoot(dir string) bool {
-	f, err := os.Open(filepath.Join(dir, "go.mod"))
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if fields := strings.Fields(sc.Text()); len(fields) == 2 && fields[0] == "module" {
-			return strings.Trim(fields[1], `"`) == modulePath
-		}
-	}
-	return false
 }

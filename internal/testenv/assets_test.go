@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 )
 
 // fatalRecorder is a testing.TB whose Fatalf and Skip* record the call and end the
@@ -104,7 +106,7 @@ func TestAssetsDefaultsToRepositoryBin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fromEnv || filepath.Base(dir) != "bin" || !isModuleRoot(filepath.Dir(dir)) {
-		t.Errorf("assetsDir() = %q (from $%s: %v), want bin/ next to the go.mod of %s", dir, assetsEnv, fromEnv, modulePath)
+	if root := prereq.RepoRoot(t); fromEnv || dir != filepath.Join(root, "bin") {
+		t.Errorf("assetsDir() = %q (from $%s: %v), want %s", dir, assetsEnv, fromEnv, filepath.Join(root, "bin"))
 	}
 }

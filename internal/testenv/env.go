@@ -13,11 +13,11 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/widgetry/widget-operator/internal/scheme"
 )
 
 const (
@@ -117,7 +117,7 @@ func Start(tb testing.TB, opts Options) *Env {
 		opts:      opts,
 	}
 	if e.Scheme == nil {
-		e.Scheme = DefaultScheme()
+		e.Scheme = scheme.New()
 	}
 	e.logDir = filepath.Join(e.Dir, "logs")
 	if err := os.Mkdir(e.logDir, 0o755); err != nil {
@@ -166,15 +166,6 @@ func (e *Env) installCRDs(tb testing.TB, opts envtest.CRDInstallOptions) {
 	if _, err := envtest.InstallCRDs(e.Config, opts); err != nil {
 		tb.Fatalf("testenv: installing CRDs: %v", err)
 	}
-}
-
-// DefaultScheme returns a new scheme with client-go's built-in types and
-// apiextensions/v1, the one Start uses when Options.Scheme is nil.
-func DefaultScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(apiextensionsv1.AddToScheme(s))
-	return s
 }
 
 // newEnvironment configures envtest: binaries from the assets directory (explicitly, so

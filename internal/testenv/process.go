@@ -98,13 +98,3 @@ func (e *Env) CreateLog(tb testing.TB, component string) *os.File {
 	tb.Helper()
 	return e.createLog(tb, component)
 }
-
-// RepoRoot returns the repository's root directory (where the main go.mod is).
-func RepoRoot(tb testing.TB) string {
-	tb.Helper()
-	root, err := repoRoot()
-	if err != nil {
-		tb.Fatalf("testenv: %v", err)
-	}
-	return root
-}

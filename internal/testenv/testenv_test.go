@@ -1,3 +1,5 @@
+//go:build envtest
+
 package testenv_test
 
 import (

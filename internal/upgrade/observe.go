@@ -73,8 +73,8 @@ func Observe(ctx context.Context, c client.Reader, cfg Config) (*Observation, er
 	return ObserveCRD(live, cfg), nil
 }
 
-// ObserveCRD derives the stage of a CRD object (DESIGN.md's table). Anything the table does
-// not name is reported as inconsistent, never guessed.
+// ObserveCRD derives the stage of a CRD object (the stage table of internal/crd's package
+// documentation). Anything the table does not name is reported as inconsistent, never guessed.
 func ObserveCRD(live *apiextensionsv1.CustomResourceDefinition, cfg Config) *Observation {
 	o := &Observation{CRD: cfg.CRD, Exists: true, live: live, ResourceVersion: live.ResourceVersion,
 		Old: versionState(live, cfg.Old), New: versionState(live, cfg.New),

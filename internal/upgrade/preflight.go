@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/metalist"
 )
 
 // Clients are what the preflight checks read and write through.
@@ -162,22 +163,16 @@ func ownerReferencesToOld(ctx context.Context, md metadata.Interface, cfg Config
 	oldAPIVersion := live.Spec.Group + "/" + cfg.Old
 	var found []string
 	for _, gvr := range cfg.OwnerResources {
-		cont := ""
-		for {
-			list, err := md.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
-			if err != nil {
-				return fmt.Errorf("list %s to check owner references: %w", gvr.Resource, err)
-			}
-			for _, item := range list.Items {
-				for _, ref := range item.OwnerReferences {
-					if ref.APIVersion == oldAPIVersion && ref.Kind == live.Spec.Names.Kind {
-						found = append(found, fmt.Sprintf("%s %s/%s", gvr.Resource, item.Namespace, item.Name))
-					}
+		err := metalist.Each(ctx, md.Resource(gvr), func(item *metav1.PartialObjectMetadata) error {
+			for _, ref := range item.OwnerReferences {
+				if ref.APIVersion == oldAPIVersion && ref.Kind == live.Spec.Names.Kind {
+					found = append(found, fmt.Sprintf("%s %s/%s", gvr.Resource, item.Namespace, item.Name))
 				}
 			}
-			if cont = list.Continue; cont == "" {
-				break
-			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("list %s to check owner references: %w", gvr.Resource, err)
 		}
 	}
 	if len(found) > 0 {

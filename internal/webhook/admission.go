@@ -74,7 +74,8 @@ func decodeAdmissionObject(req admission.Request) (*admissionObject, error) {
 // Defaulter is the mutating webhook. It decides on the hub which fields are unset and writes
 // the defaults under the request version's field names, as JSON patch operations that only
 // add missing fields: running it twice, or after another mutating webhook, changes nothing
-// more (seed 000: the order of mutating webhooks is not guaranteed).
+// more (the apiserver does not guarantee an order among mutating webhooks; see the package
+// documentation).
 type Defaulter struct{}
 
 // Handle implements admission.Handler.

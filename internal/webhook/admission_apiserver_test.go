@@ -1,3 +1,5 @@
+//go:build envtest
+
 package webhook_test
 
 import (
@@ -17,6 +19,7 @@ import (
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
@@ -44,7 +47,7 @@ func (w *warnings) take() string {
 // TestAdmissionThroughAPIServer: the apiserver calls the manager's defaulting and validating
 // webhooks for both versions; refusals carry field paths, warnings reach the client.
 func TestAdmissionThroughAPIServer(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{Scheme: widgetenv.Scheme()})
+	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
 	op := widgetenv.Setup(t, env, crd.StageAddVersion)
 	op.StartManager(t, widgetenv.ManagerOptions{})
 	ctx := context.Background()
@@ -54,7 +57,7 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 	seen := &warnings{}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WarningHandler = seen
-	c, err := client.New(cfg, client.Options{Scheme: widgetenv.Scheme()})
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}

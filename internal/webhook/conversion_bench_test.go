@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	crconversion "sigs.k8s.io/controller-runtime/pkg/webhook/conversion"
 
@@ -16,20 +15,16 @@ import (
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/conversion"
 	"github.com/widgetry/widget-operator/internal/conversion/conversiontest"
+	"github.com/widgetry/widget-operator/internal/scheme"
 )
 
 // stockHandler is controller-runtime's own conversion webhook over the same types and the
 // same conversion functions: the alternative this handler is measured against.
 func stockHandler(tb testing.TB) http.Handler {
 	tb.Helper()
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{v1.AddToScheme, v1alpha1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			tb.Fatal(err)
-		}
-	}
+	s := scheme.New()
 	converter, err := crconversion.NewHubSpokeConverter(&v1.Widget{},
-		crconversion.NewSpokeConverter(&v1alpha1.Widget{}, conversion.ConvertWidgetFromHub, conversion.ConvertWidgetToHub))(scheme)
+		crconversion.NewSpokeConverter(&v1alpha1.Widget{}, conversion.ConvertWidgetFromHub, conversion.ConvertWidgetToHub))(s)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -37,7 +32,7 @@ func stockHandler(tb testing.TB) http.Handler {
 	if err := registry.RegisterConverter(schema.GroupKind{Group: "widgetry.io", Kind: "Widget"}, converter); err != nil {
 		tb.Fatal(err)
 	}
-	return crconversion.NewWebhookHandler(scheme, registry)
+	return crconversion.NewWebhookHandler(s, registry)
 }
 
 // floorHandler is the floor any Go handler pays: encoding/json decodes the envelope and

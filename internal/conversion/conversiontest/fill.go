@@ -26,7 +26,8 @@ import (
 const MaxTimeoutSeconds = 86400
 
 // NewFiller returns a randfill.Filler whose Widgets stay inside the CRD schema's domain
-// (seed 001 §8.5: conversion is only lossless where both versions can hold the value):
+// (conversion is only lossless where both versions can hold the value; see the
+// documentation of package internal/conversion):
 // timeouts positive and at most 24h, endpoint lists sorted with unique names (the order
 // v1alpha1 gets back from the map), annotations either absent or non-empty, and a
 // conversion-data annotation on spokes only in the canonical form the converter writes.

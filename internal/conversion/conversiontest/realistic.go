@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 )
 
@@ -54,8 +55,8 @@ func RealisticWidget(namespace string, i int) *v1alpha1.Widget {
 			AvailableReplicas:  replicas,
 			ObservedGeneration: int64(i%7 + 1),
 			Conditions: []metav1.Condition{
-				{Type: "Ready", Status: metav1.ConditionTrue, Reason: "DeploymentAvailable", Message: "all replicas are available", LastTransitionTime: created, ObservedGeneration: int64(i%7 + 1)},
-				{Type: "Progressing", Status: metav1.ConditionFalse, Reason: "RolloutComplete", Message: "the deployment has rolled out", LastTransitionTime: created, ObservedGeneration: int64(i%7 + 1)},
+				{Type: v1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1.ReasonAvailable, Message: "all replicas are available", LastTransitionTime: created, ObservedGeneration: int64(i%7 + 1)},
+				{Type: v1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: v1.ReasonRolloutComplete, Message: "the deployment has rolled out", LastTransitionTime: created, ObservedGeneration: int64(i%7 + 1)},
 			},
 		},
 	}

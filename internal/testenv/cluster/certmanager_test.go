@@ -1,3 +1,5 @@
+//go:build e2e
+
 package cluster_test
 
 import (
@@ -16,9 +18,10 @@ import (
 	"github.com/widgetry/widget-operator/internal/testenv/cluster"
 )
 
-// The design card's default certificate setup, through cert-manager's real controllers: a
-// self-signed bootstrap Issuer, a CA Certificate, a CA Issuer and a serving Certificate for a
-// webhook Service's DNS names, plus a ValidatingWebhookConfiguration the cainjector fills.
+// The chart's default certificate setup (templates/issuer.yaml and certificate.yaml), through
+// cert-manager's real controllers: a self-signed bootstrap Issuer, a CA Certificate, a CA
+// Issuer and a serving Certificate for a webhook Service's DNS names, plus a
+// ValidatingWebhookConfiguration the cainjector fills.
 const certChain = `
 apiVersion: v1
 kind: Namespace

@@ -7,8 +7,8 @@
 // through Cluster.Config and Cluster.HTTPClient, whose connections are opened from inside
 // the namespace (DialContext), and run command-line tools there with Cluster.Command.
 //
-// It needs root and the Debian packages in scripts/apt-packages.txt. Without them a test
-// fails in CI ($CI set) and is skipped elsewhere; see Require.
+// It needs root and the Debian packages in scripts/apt-packages.txt (scripts/prereqs.sh e2e
+// installs them). Without them a test fails, naming the command to run; see Require.
 package cluster
 
 import (
@@ -20,7 +20,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,6 +29,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 )
 
 const (
@@ -70,44 +71,22 @@ type Cluster struct {
 	started map[string]any
 }
 
-// Require checks what the cluster needs (root, the Debian packages, the pinned binaries)
-// and returns the repository root and the binaries directory. When something is missing it
-// fails the test under CI ($CI set) and skips it elsewhere, naming what to install.
+// Require checks what the cluster needs (root, the Debian packages, the right to make
+// namespaces: scripts/prereqs.sh e2e; and the pinned binaries) and returns the repository
+// root and the binaries directory. A missing prerequisite fails the test with the command
+// that provides it; it never skips.
 func Require(tb testing.TB) (root, bin string) {
 	tb.Helper()
-	root, err := repoRoot()
-	if err != nil {
-		tb.Fatalf("cluster: %v", err)
-	}
+	root = prereq.RepoRoot(tb)
 	bin = filepath.Join(root, "bin")
 	if dir := os.Getenv("CLUSTER_BIN"); dir != "" {
 		bin = dir
 	}
-	var missing []string
-	if os.Geteuid() != 0 {
-		missing = append(missing, "root (the end-to-end cluster creates namespaces, cgroups and mounts)")
-	}
-	for _, c := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "conntrack", "nsenter", "unshare", "ip", "openssl"} {
-		if _, err := exec.LookPath(c); err != nil {
-			missing = append(missing, c+" (apt-get install -y $(grep -v '^#' scripts/apt-packages.txt))")
-		}
-	}
-	for _, p := range []string{"bridge", "host-local", "portmap"} {
-		if _, err := os.Stat("/usr/lib/cni/" + p); err != nil {
-			missing = append(missing, "/usr/lib/cni/"+p+" (apt-get install -y containernetworking-plugins)")
-		}
-	}
+	prereq.Check(tb, "e2e")
 	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl", "helm3", "mkimage", "pause", "sample-server"} {
 		if fi, err := os.Stat(filepath.Join(bin, b)); err != nil || fi.Mode()&0o111 == 0 {
-			missing = append(missing, filepath.Join(bin, b)+" (make tools, i.e. scripts/toolchain.sh)")
+			prereq.Missing(tb, filepath.Join(bin, b), "make tools (scripts/toolchain.sh)")
 		}
-	}
-	if len(missing) > 0 {
-		msg := "cluster: the end-to-end cluster cannot run here; missing:\n  " + strings.Join(missing, "\n  ")
-		if os.Getenv("CI") != "" {
-			tb.Fatal(msg)
-		}
-		tb.Skip(msg + "\n(skipped because $CI is not set; in CI this fails)")
 	}
 	return root, bin
 }
@@ -439,25 +418,5 @@ func acquireLock(logf func(string, ...any), timeout time.Duration) (*os.File, er
 			logged = true
 		}
 		time.Sleep(time.Second)
-	}
-}
-
-// repoRoot walks up from this source file (or the working directory under -trimpath) to
-// the directory holding scripts/local-cluster.sh.
-func repoRoot() (string, error) {
-	start, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		start = filepath.Dir(file)
-	}
-	for dir := start; ; dir = filepath.Dir(dir) {
-		if _, err := os.Stat(filepath.Join(dir, "scripts", "local-cluster.sh")); err == nil {
-			return dir, nil
-		}
-		if filepath.Dir(dir) == dir {
-			return "", fmt.Errorf("no scripts/local-cluster.sh above %s; run the tests inside the repository", start)
-		}
 	}
 }

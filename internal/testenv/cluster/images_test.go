@@ -1,3 +1,5 @@
+//go:build envtest
+
 package cluster_test
 
 import (
@@ -13,22 +15,15 @@ import (
 	"testing"
 
 	"github.com/widgetry/widget-operator/internal/testenv/cluster"
+	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 )
 
 // TestBuildImage checks what bin/mkimage makes: a docker archive of a from-scratch image
 // that runs as the non-root user with the given entrypoint and labels, its binary
 // executable, the same digest for the same inputs. It needs no root.
 func TestBuildImage(t *testing.T) {
-	bin := filepath.Join(repoRoot(t), "bin")
-	for _, b := range []string{"mkimage", "sample-server"} {
-		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
-			msg := filepath.Join(bin, b) + " missing: run scripts/toolchain.sh (make tools)"
-			if os.Getenv("CI") != "" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
-		}
-	}
+	bin := filepath.Dir(prereq.Tool(t, "mkimage"))
+	prereq.Tool(t, "sample-server")
 	args := []string{"-label", "org.opencontainers.image.title=sample", "-port", "8080/tcp",
 		filepath.Join(bin, "sample-server") + ":/bin/sample-server"}
 	tarball := cluster.BuildImage(t, bin, "localhost/test/sample:v1", args...)
@@ -115,13 +110,4 @@ func readTar(t *testing.T, path string) map[string][]byte {
 		}
 		files[h.Name] = b
 	}
-}
-
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := filepath.Abs("../../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }

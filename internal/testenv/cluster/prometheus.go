@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 )
 
 // PrometheusAddr is where Prometheus listens, inside the cluster's network namespace.
@@ -40,11 +42,7 @@ func (c *Cluster) StartPrometheus(tb testing.TB, extraScrapeConfigs ...string) *
 		return p.(*Prometheus)
 	}
 	if _, err := os.Stat(filepath.Join(c.Bin, "prometheus")); err != nil {
-		msg := "cluster: " + filepath.Join(c.Bin, "prometheus") + " missing: run scripts/toolchain.sh prometheus (make tools)"
-		if os.Getenv("CI") != "" {
-			tb.Fatal(msg)
-		}
-		tb.Skip(msg)
+		prereq.Missing(tb, filepath.Join(c.Bin, "prometheus"), "make tools (or scripts/toolchain.sh prometheus)")
 	}
 	args := []string{"prometheus"}
 	if len(extraScrapeConfigs) > 0 {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/testenv"
+	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 	"github.com/widgetry/widget-operator/internal/testenv/testcerts"
 	"github.com/widgetry/widget-operator/internal/webhook"
 )
@@ -239,7 +240,7 @@ func Binary(t testing.TB, name string) string {
 	}
 	path := filepath.Join(dir, name)
 	cmd := exec.Command("go", "build", "-o", path, "./cmd/"+name)
-	cmd.Dir = testenv.RepoRoot(t)
+	cmd.Dir = prereq.RepoRoot(t)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("widgetenv: go build ./cmd/%s: %v\n%s", name, err, out)
 	}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/testcerts"
 	"github.com/widgetry/widget-operator/internal/webhook"
@@ -41,7 +42,7 @@ func StartAtStage(tb testing.TB, stage crd.Stage, opts testenv.Options) (*testen
 	if err := crd.ApplyStageFlags(c, stage); err != nil {
 		tb.Fatal(err)
 	}
-	opts.Scheme = Scheme()
+	opts.Scheme = scheme.New()
 	opts.CRDs = []*apiextensionsv1.CustomResourceDefinition{c}
 	return testenv.Start(tb, opts), w
 }

@@ -15,26 +15,16 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
-	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/testcerts"
 	"github.com/widgetry/widget-operator/internal/webhook"
 )
-
-// Scheme is client-go's scheme plus apiextensions/v1 and both Widget versions.
-func Scheme() *runtime.Scheme {
-	s := testenv.DefaultScheme()
-	utilruntime.Must(v1.AddToScheme(s))
-	utilruntime.Must(v1alpha1.AddToScheme(s))
-	return s
-}
 
 // StartWithConversionWebhook boots envtest (with opts: controller manager, flags...) and
 // installs the Widget CRD, both versions served, storage the given version, converting
@@ -43,7 +33,7 @@ func Scheme() *runtime.Scheme {
 func StartWithConversionWebhook(tb testing.TB, storage string, opts testenv.Options) *testenv.Env {
 	tb.Helper()
 	opts.CRDs = []*apiextensionsv1.CustomResourceDefinition{WidgetCRD(tb, storage)}
-	opts.Scheme = Scheme()
+	opts.Scheme = scheme.New()
 	return testenv.Start(tb, opts)
 }
 

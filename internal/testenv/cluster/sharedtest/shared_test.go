@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package sharedtest proves cluster.Shared and cluster.Main: the tests of one package reuse
 // one cluster, torn down after the last of them.
 package sharedtest

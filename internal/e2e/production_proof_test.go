@@ -1,4 +1,6 @@
-package availability
+//go:build e2e
+
+package e2e
 
 import (
 	"context"
@@ -24,9 +26,9 @@ import (
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/manager"
 	"github.com/widgetry/widget-operator/internal/monitoring"
+	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/cluster"
-	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
 
 const (
@@ -130,7 +132,7 @@ func TestProductionProof(t *testing.T) {
 	// The load goes through v1alpha1 on purpose: its deprecation warning on every response
 	// is expected, not news.
 	cfg.WarningHandlerWithContext = rest.NoWarnings{}
-	k, err := client.New(cfg, client.Options{Scheme: widgetenv.Scheme()})
+	k, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +264,7 @@ func checkMonitoring(t *testing.T, c *cluster.Cluster) {
 	job := `job="` + monitoring.DefaultJob + `"`
 	p.WaitFor(t, `up{`+job+`} == 1`, 2, 2*time.Minute)
 	// Some traffic after the first scrape, so rates have two samples to compare.
-	k, err := client.New(c.Config, client.Options{Scheme: widgetenv.Scheme()})
+	k, err := client.New(c.Config, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,6 @@
-package docs
+//go:build e2e
+
+package e2e
 
 import (
 	"bufio"
@@ -10,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/widgetry/widget-operator/internal/testenv"
+	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
 
@@ -71,7 +74,7 @@ func fileHas(t *testing.T, path, s string) bool {
 // render the chart with the same values, widgetctl accepts the same subcommand and flags,
 // local-cluster.sh knows the verb, and what needs a cluster is what the demo or CI runs.
 func TestREADMECommands(t *testing.T) {
-	root := testenv.RepoRoot(t)
+	root := prereq.RepoRoot(t)
 	bin := testenv.Assets(t)
 	widgetctl := widgetenv.Binary(t, "widgetctl")
 	cmds := readmeCommands(t, root)
