@@ -36,9 +36,11 @@ vet: ## go vet every module of the repository.
 	for m in $(dir $(TOOL_MODULES)); do if ls $$m*.go $$m*/*.go >/dev/null 2>&1; then (cd $$m && go vet ./...); fi; done
 
 .PHONY: lint
-lint: vet ## gofmt check, go vet, shell syntax.
-	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	for f in $$(git ls-files '*.sh' .ci/run); do bash -n $$f; done
+lint: vet ## golangci-lint (with kube-api-linter on api/), shellcheck on every script.
+	@MAKE_VERB="make lint" scripts/prereqs.sh lint
+	scripts/toolchain.sh golangci-lint | grep -v 'up to date' || true
+	$(BIN)/golangci-lint run ./...
+	shellcheck -x --severity=style $$(git ls-files '*.sh' .ci/run)
 
 .PHONY: build
 build: ## Build the project's binaries into bin/.

@@ -249,6 +249,7 @@ make_netns() {
 	# /sys and loses /sys/fs/cgroup).
 	in_ns sh -c 'echo 1 >/proc/sys/net/ipv4/ip_forward'
 	modprobe br_netfilter 2>/dev/null || true
+	# shellcheck disable=SC2016 # $f is the inner shell's variable
 	in_ns sh -c 'f=/proc/sys/net/bridge/bridge-nf-call-iptables; [ ! -e $f ] || echo 1 >$f'
 }
 
@@ -410,11 +411,14 @@ cmd_down() {
 	for n in kubelet kube-proxy; do
 		pid=$(cat "$D/pids/$n.pid" 2>/dev/null) || continue
 		# only if that pid is still ours (not reused after a crash)
-		tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$D/" && kill -9 "$pid" 2>/dev/null || true
+		if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$D/"; then
+			kill -9 "$pid" 2>/dev/null || true
+		fi
 	done
 	for ((i = 0; i < 50; i++)); do
 		pids=$(pids_in_cluster)
 		[[ -n $pids ]] || break
+		# shellcheck disable=SC2086 # one PID per word
 		kill -9 $pids 2>/dev/null || true
 		sleep 0.1
 	done
@@ -430,7 +434,7 @@ cmd_down() {
 	done
 	[[ ! -e $NETNS ]] || ip netns del "$NAME"
 	if [[ -e $D/run-netns-mounted-by-us ]] && [[ -z $(ls -A /run/netns 2>/dev/null) ]]; then
-		umount /run/netns 2>/dev/null && rmdir /run/netns 2>/dev/null || true
+		if umount /run/netns 2>/dev/null; then rmdir /run/netns 2>/dev/null || true; fi
 	fi
 	if [[ -d $D ]]; then
 		if [[ ${1:-} == --purge ]]; then

@@ -9,7 +9,7 @@
 # Usage: scripts/test.sh   (make test)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
+cd "$root" || exit 2
 
 tiers=(unit envtest e2e)
 skip=" ${SKIP_TIERS:-} "

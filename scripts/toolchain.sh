@@ -12,7 +12,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tools="$root/scripts/tools"
 bin="${TOOLCHAIN_BIN:-$root/bin}"
-# shellcheck source=tools/versions.env
+# shellcheck source=scripts/tools/versions.env
 . "$tools/versions.env"
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 mkdir -p "$bin/.stamps"
@@ -60,7 +60,9 @@ helm4_ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=$HELM4_VERSION"
 # build NAME MODDIR PACKAGE LDFLAGS: go build PACKAGE inside the wrapper module into bin/NAME.
 build() {
 	local name=$1 dir=$2 pkg=$3 ldflags=$4
-	local stamp="$KUBE_VERSION $ETCD_VERSION $HELM3_VERSION $HELM4_VERSION $CONTROLLER_TOOLS_VERSION|$pkg|$ldflags|$(sha256sum "$tools/$dir/go.sum" | cut -c1-16)"
+	local stamp sum
+	sum=$(sha256sum "$tools/$dir/go.sum" | cut -c1-16)
+	stamp="$KUBE_VERSION $ETCD_VERSION $HELM3_VERSION $HELM4_VERSION $CONTROLLER_TOOLS_VERSION|$pkg|$ldflags|$sum"
 	# Modules with their own sources (the launcher, mkimage and its images) rebuild when those change.
 	local src
 	src=$(cd "$tools/$dir" && find . -name '*.go' -print0 | sort -z | xargs -0r sha256sum | sha256sum | cut -c1-16)

@@ -43,60 +43,62 @@ const (
 // EndpointSpec is a port the Widget's pods listen on; its name is the key in WidgetSpec.Endpoints.
 // +kubebuilder:validation:XValidation:rule="self.port >= 1 && self.port <= 65535",message="port must be between 1 and 65535"
 type EndpointSpec struct {
-	// Port is the container and Service port.
+	// port is the container and Service port.
+	// +required
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
-	Port int32 `json:"port"`
+	Port int32 `json:"port,omitempty"`
 }
 
 // WidgetSpec is the desired state of a Widget.
 type WidgetSpec struct {
-	// Size is the number of pods. Unset means the default, 1; 0 is a valid value.
+	// size is the number of pods. Unset means the default, 1; 0 is a valid value.
 	// +optional
-	// +kubebuilder:default=1
+	// +default=1
 	// +kubebuilder:validation:Minimum=0
 	Size *int32 `json:"size,omitempty"`
 
-	// Image is the container image the pods run.
+	// image is the container image the pods run.
+	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:XValidation:rule="self.trim() != ''",message="image must not be empty"
-	Image string `json:"image"`
+	Image string `json:"image,omitempty"`
 
-	// Timeout is the request timeout as a Go duration ("30s", "1m30s", "1.5s"), positive and
+	// timeout is the request timeout as a Go duration ("30s", "1m30s", "1.5s"), positive and
 	// at most 24h. v1alpha1 sees it rounded up to whole seconds.
 	// +optional
-	// +kubebuilder:default="30s"
+	// +default="30s"
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('24h')",message="timeout must be a positive duration of at most 24h, such as 30s or 1m30s"
 	Timeout *string `json:"timeout,omitempty"`
 
-	// Endpoints are the named ports, keyed by a DNS-label name. An empty map and no map are
+	// endpoints are the named ports, keyed by a DNS-label name. An empty map and no map are
 	// different values and both round-trip through v1alpha1.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 63 && k.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))",message="endpoint names must be DNS labels"
-	Endpoints map[string]EndpointSpec `json:"endpoints,omitzero"`
+	Endpoints map[string]EndpointSpec `json:"endpoints,omitzero"` //nolint:kubeapilinter // nomaps: v1's map keyed by name is the reason v1 exists (unique names by construction); v1alpha1 keeps the list
 
-	// Paused stops the controller from rolling out changes; the Deployment is paused too.
+	// paused stops the controller from rolling out changes; the Deployment is paused too.
 	// +optional
-	Paused bool `json:"paused,omitempty"`
+	Paused bool `json:"paused,omitempty"` //nolint:kubeapilinter // optionalfields: absent and false both mean not paused; a pointer would add a state with no meaning
 }
 
 // WidgetStatus is the observed state of a Widget. It has the same shape in every version.
 type WidgetStatus struct {
-	// AvailableReplicas is the number of available pods of the Widget's Deployment.
-	// +optional
-	AvailableReplicas int32 `json:"availableReplicas,omitempty"`
-
-	// Conditions are Ready and Progressing.
+	// conditions are Ready and Progressing.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
-	// ObservedGeneration is the metadata.generation the status was computed for.
+	// availableReplicas is the number of available pods of the Widget's Deployment.
 	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	AvailableReplicas int32 `json:"availableReplicas,omitempty"` //nolint:kubeapilinter // optionalfields: absent and 0 both mean no pod is available; a pointer would add a state with no meaning
+
+	// observedGeneration is the metadata.generation the status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"` //nolint:kubeapilinter // optionalfields: generations start at 1, so absent and 0 both mean never observed
 }
 
 // Widget is a replicated HTTP service: the controller runs it as a Deployment and a Service.
@@ -112,11 +114,19 @@ type WidgetStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Widget struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   WidgetSpec   `json:"spec"`
-	Status WidgetStatus `json:"status,omitempty"`
+	// spec is the desired state of the Widget.
+	// +required
+	Spec WidgetSpec `json:"spec"` //nolint:kubeapilinter // requiredfields: the kubebuilder shape; a Widget's spec always holds the required image, so its zero value is never sent
+
+	// status is the state the controller observed.
+	// +optional
+	Status WidgetStatus `json:"status,omitempty"` //nolint:kubeapilinter // optionalfields: the controller owns status through its subresource; a pointer would only add nil checks
 }
 
 // WidgetList is a list of Widgets.

@@ -7,62 +7,65 @@ import (
 // Endpoint is a named port the Widget's pods listen on.
 // +kubebuilder:validation:XValidation:rule="self.port >= 1 && self.port <= 65535",message="port must be between 1 and 65535"
 type Endpoint struct {
-	// Name is a DNS label, unique within the Widget.
+	// name is a DNS label, unique within the Widget.
+	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
-	Name string `json:"name"`
+	Name string `json:"name,omitempty"`
 
-	// Port is the container and Service port.
+	// port is the container and Service port.
+	// +required
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
-	Port int32 `json:"port"`
+	Port int32 `json:"port,omitempty"`
 }
 
 // WidgetSpec is the desired state of a Widget.
 type WidgetSpec struct {
-	// Replicas is the number of pods. Unset means the default, 1; 0 is a valid value.
+	// replicas is the number of pods. Unset means the default, 1; 0 is a valid value.
 	// +optional
-	// +kubebuilder:default=1
+	// +default=1
 	// +kubebuilder:validation:Minimum=0
 	Replicas *int32 `json:"replicas,omitempty"`
 
-	// Image is the container image the pods run.
+	// image is the container image the pods run.
+	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:XValidation:rule="self.trim() != ''",message="image must not be empty"
-	Image string `json:"image"`
+	Image string `json:"image,omitempty"`
 
-	// TimeoutSeconds is the request timeout in whole seconds (v1 holds it as a duration).
+	// timeoutSeconds is the request timeout in whole seconds (v1 holds it as a duration).
 	// +optional
-	// +kubebuilder:default=30
+	// +default=30
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=86400
 	TimeoutSeconds *int32 `json:"timeoutSeconds,omitempty"`
 
-	// Endpoints are the named ports, unique by name. An empty list and no list are different
+	// endpoints are the named ports, unique by name. An empty list and no list are different
 	// values and both round-trip through v1.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=64
-	Endpoints []Endpoint `json:"endpoints,omitzero"`
+	Endpoints []Endpoint `json:"endpoints,omitzero"` //nolint:kubeapilinter // optionalfields: omitzero, not omitempty, keeps an empty list apart from no list (both round-trip through v1)
 }
 
 // WidgetStatus is the observed state of a Widget. It has the same shape in every version.
 type WidgetStatus struct {
-	// AvailableReplicas is the number of available pods of the Widget's Deployment.
-	// +optional
-	AvailableReplicas int32 `json:"availableReplicas,omitempty"`
-
-	// Conditions are Ready and Progressing.
+	// conditions are Ready and Progressing.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
-	// ObservedGeneration is the metadata.generation the status was computed for.
+	// availableReplicas is the number of available pods of the Widget's Deployment.
 	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	AvailableReplicas int32 `json:"availableReplicas,omitempty"` //nolint:kubeapilinter // optionalfields: absent and 0 both mean no pod is available; a pointer would add a state with no meaning
+
+	// observedGeneration is the metadata.generation the status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"` //nolint:kubeapilinter // optionalfields: generations start at 1, so absent and 0 both mean never observed
 }
 
 // Widget is a replicated HTTP service: the controller runs it as a Deployment and a Service.
@@ -77,11 +80,19 @@ type WidgetStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Widget struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   WidgetSpec   `json:"spec"`
-	Status WidgetStatus `json:"status,omitempty"`
+	// spec is the desired state of the Widget.
+	// +required
+	Spec WidgetSpec `json:"spec"` //nolint:kubeapilinter // requiredfields: the kubebuilder shape; a Widget's spec always holds the required image, so its zero value is never sent
+
+	// status is the state the controller observed.
+	// +optional
+	Status WidgetStatus `json:"status,omitempty"` //nolint:kubeapilinter // optionalfields: the controller owns status through its subresource; a pointer would only add nil checks
 }
 
 // WidgetList is a list of Widgets.

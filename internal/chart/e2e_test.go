@@ -203,7 +203,7 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string) {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("still there (finalizers %v): %v", victim.Finalizers, err)
+		return fmt.Errorf("still there (finalizers %v): %w", victim.Finalizers, err)
 	})
 	w.fleet.Forget("w-000")
 }

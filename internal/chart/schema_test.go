@@ -53,7 +53,7 @@ func TestSchemaCoversValues(t *testing.T) {
 		if !ok {
 			return
 		}
-		if s["additionalProperties"] != false {
+		if closed, isBool := s["additionalProperties"].(bool); !isBool || closed {
 			t.Errorf("values.schema.json: %q allows unknown keys", prefix)
 		}
 		for k, sub := range props {

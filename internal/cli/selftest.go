@@ -121,7 +121,7 @@ func waitWebhooks(ctx context.Context, g *GlobalOptions, c client.Client, namesp
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("no Widget passed the webhooks within %s (last: %v): check the webhook Service's endpoints and the manager pods (runbooks/alerts/WidgetWebhookDown.md)", timeout, last)
+			return fmt.Errorf("no Widget passed the webhooks within %s (last: %w): check the webhook Service's endpoints and the manager pods (runbooks/alerts/WidgetWebhookDown.md)", timeout, last)
 		case <-time.After(time.Second):
 		}
 	}

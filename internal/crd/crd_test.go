@@ -33,7 +33,7 @@ func TestGeneratedCRD(t *testing.T) {
 	if err := SetStorageVersion(c, "v2"); err == nil {
 		t.Error("SetStorageVersion accepted an unknown version")
 	}
-	if Widget().Spec.Versions[1].Storage != true {
+	if !Widget().Spec.Versions[1].Storage {
 		t.Error("Widget() returned a shared copy")
 	}
 }

@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -109,7 +110,7 @@ func (r *run) runClient(ctx context.Context) error {
 	case cpErr != nil:
 		return cpErr
 	case ctx.Err() != nil:
-		if cause := context.Cause(ctx); cause != nil && cause != context.Canceled {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 			return cause
 		}
 		return ctx.Err()
@@ -244,7 +245,7 @@ func (cr *clientRun) migrateOne(ctx context.Context, it item, stop context.Cance
 			cr.log.Error(err, "could not rewrite an object", "namespace", it.namespace, "name", it.name)
 		}
 		if n >= cr.opts.MaxErrors {
-			stop(fmt.Errorf("%w: stopped after %d objects of CRD %s failed (last: %v); nothing was trimmed; fix the cause (is the conversion webhook up?) and rerun", errStopped, n, cr.opts.CRD, err))
+			stop(fmt.Errorf("%w: stopped after %d objects of CRD %s failed (last: %w); nothing was trimmed; fix the cause (is the conversion webhook up?) and rerun", errStopped, n, cr.opts.CRD, err))
 		}
 	}
 }

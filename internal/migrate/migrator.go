@@ -163,14 +163,13 @@ func New(cfg *rest.Config) (*Migrator, error) {
 
 // target is what one migration works on, read from the CRD at the start.
 type target struct {
-	crd            *apiextensionsv1.CustomResourceDefinition
-	storage        string
-	gvr            schema.GroupVersionResource // the version requests use
-	namespaced     bool
-	hasStatus      bool
-	storedAtStart  []string
-	generation     int64
-	progressHolder string
+	crd           *apiextensionsv1.CustomResourceDefinition
+	storage       string
+	gvr           schema.GroupVersionResource // the version requests use
+	namespaced    bool
+	hasStatus     bool
+	storedAtStart []string
+	generation    int64
 }
 
 // Migrate rewrites every stored object of opts.CRD in its storage version, then trims

@@ -146,7 +146,7 @@ scrape_configs:
 	// Scraped before the workload starts, so rates see it.
 	testenv.Eventually(t, 60*time.Second, "Prometheus scrapes the manager and the apiserver", func() error {
 		if n, err := promQuery(base, `up == 1`); err != nil || n != 2 {
-			return fmt.Errorf("%d targets up (%v): %s", n, err, targets(base))
+			return fmt.Errorf("%d targets up (%w): %s", n, err, targets(base))
 		}
 		return nil
 	})

@@ -3,6 +3,7 @@ package monitoring
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -232,9 +233,7 @@ func TestDashboards(t *testing.T) {
 			// contents are checked on a second, ordinary decoding.
 			if err := strict.UnmarshalJSONStrict(raw); err != nil {
 				var errs cog.BuildErrors
-				if be, ok := err.(cog.BuildErrors); ok {
-					errs = be
-				} else {
+				if !errors.As(err, &errs) {
 					t.Fatalf("strict unmarshal: %v", err)
 				}
 				if len(errs) != 0 {

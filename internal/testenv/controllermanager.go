@@ -172,7 +172,7 @@ func (cm *ControllerManager) waitHealthy(timeout time.Duration) error {
 	for {
 		select {
 		case <-cm.exited:
-			return fmt.Errorf("it exited (%v)", cm.waitErr)
+			return fmt.Errorf("it exited (%w)", cm.waitErr)
 		case <-ctx.Done():
 			return fmt.Errorf("no healthy /healthz after %s; last answer: %s", timeout, last)
 		case <-ticker.C:

@@ -102,7 +102,7 @@ func TestConvertMatchesTypedConversion(t *testing.T) {
 	for i := range 2000 {
 		in := &v1alpha1.Widget{}
 		f.Fill(in)
-		in.TypeMeta.APIVersion, in.TypeMeta.Kind = "widgetry.io/v1alpha1", "Widget"
+		in.APIVersion, in.Kind = "widgetry.io/v1alpha1", "Widget"
 		_, _, review := post(t, h, reviewBody(t, "u", "widgetry.io/v1", in))
 		if review.Response.Result.Status != "Success" {
 			t.Fatalf("iteration %d: %s", i, review.Response.Result.Message)

@@ -64,7 +64,7 @@ func NewFiller(seed int64) *randfill.Filler {
 		},
 		func(fields *metav1.FieldsV1, c randfill.Continue) {
 			// managedFields hold JSON; random bytes would not survive an encode.
-			fields.Raw = []byte(fmt.Sprintf(`{"f:spec":{"f:image":{}},"f:metadata":{"f:labels":{"f:k%d":{}}}}`, c.Intn(100)))
+			fields.SetRawBytes(fmt.Appendf(nil, `{"f:spec":{"f:image":{}},"f:metadata":{"f:labels":{"f:k%d":{}}}}`, c.Intn(100)))
 		},
 		func(c *metav1.Condition, f randfill.Continue) {
 			f.FillNoCustom(c)

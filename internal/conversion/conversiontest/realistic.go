@@ -43,7 +43,7 @@ func RealisticWidget(namespace string, i int) *v1alpha1.Widget {
 			ManagedFields: []metav1.ManagedFieldsEntry{{
 				Manager: "kubectl-client-side-apply", Operation: metav1.ManagedFieldsOperationUpdate,
 				APIVersion: v1alpha1.GroupVersion.String(), Time: &created, FieldsType: "FieldsV1",
-				FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{".":{},"f:image":{},"f:replicas":{},"f:timeoutSeconds":{}}}`)},
+				FieldsV1: metav1.NewFieldsV1(`{"f:spec":{".":{},"f:image":{},"f:replicas":{},"f:timeoutSeconds":{}}}`),
 			}},
 		},
 		Spec: v1alpha1.WidgetSpec{

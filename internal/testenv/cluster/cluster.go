@@ -196,7 +196,7 @@ func up(root, bin string, logf func(string, ...any)) (*Cluster, error) {
 
 	start := time.Now()
 	if out, err := c.script(context.Background(), "up"); err != nil {
-		return c, fmt.Errorf("scripts/local-cluster.sh up: %v\n%s", err, out)
+		return c, fmt.Errorf("scripts/local-cluster.sh up: %w\n%s", err, out)
 	}
 	logf("cluster: up in %s (state in %s)", time.Since(start).Round(100*time.Millisecond), c.Dir)
 
@@ -276,14 +276,16 @@ func (c *Cluster) keepLogs() (string, error) {
 	// kubectl describe of everything, while the cluster still answers.
 	if out, err := c.Command(context.Background(), filepath.Join(c.Bin, "kubectl"), "--kubeconfig", c.Kubeconfig,
 		"get", "nodes,pods,services,endpointslices,events,deployments", "-A", "-o", "wide").CombinedOutput(); err == nil {
-		os.WriteFile(filepath.Join(dest, "objects.txt"), out, 0o644)
+		if err := os.WriteFile(filepath.Join(dest, "objects.txt"), out, 0o644); err != nil {
+			return "", fmt.Errorf("keep the cluster's objects: %w", err)
+		}
 	}
 	for _, sub := range []string{"logs", "varlog/pods"} {
 		if _, err := os.Stat(filepath.Join(c.Dir, sub)); err != nil {
 			continue
 		}
 		if out, err := exec.Command("cp", "-a", filepath.Join(c.Dir, sub), dest+"/").CombinedOutput(); err != nil {
-			return "", fmt.Errorf("cp %s: %v: %s", sub, err, out)
+			return "", fmt.Errorf("cp %s: %w: %s", sub, err, out)
 		}
 	}
 	return dest, nil

@@ -24,7 +24,7 @@ func (c *Cluster) DialContext(ctx context.Context, network, addr string) (net.Co
 	done := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
-		conn, err, restored := dialIn(ctx, c.NetNS, network, addr)
+		conn, restored, err := dialIn(ctx, c.NetNS, network, addr)
 		if restored {
 			runtime.UnlockOSThread()
 		}
@@ -34,23 +34,23 @@ func (c *Cluster) DialContext(ctx context.Context, network, addr string) (net.Co
 	return r.conn, r.err
 }
 
-func dialIn(ctx context.Context, netns, network, addr string) (conn net.Conn, err error, restored bool) {
+func dialIn(ctx context.Context, netns, network, addr string) (conn net.Conn, restored bool, err error) {
 	orig, err := os.Open("/proc/thread-self/ns/net")
 	if err != nil {
-		return nil, fmt.Errorf("opening this thread's network namespace: %w", err), true
+		return nil, true, fmt.Errorf("opening this thread's network namespace: %w", err)
 	}
 	defer orig.Close()
 	target, err := os.Open(netns)
 	if err != nil {
-		return nil, fmt.Errorf("opening the cluster's network namespace (is the cluster up?): %w", err), true
+		return nil, true, fmt.Errorf("opening the cluster's network namespace (is the cluster up?): %w", err)
 	}
 	defer target.Close()
 	if err := setns(target); err != nil {
-		return nil, fmt.Errorf("entering %s: %w", netns, err), true
+		return nil, true, fmt.Errorf("entering %s: %w", netns, err)
 	}
 	var d net.Dialer
 	conn, err = d.DialContext(ctx, network, addr)
-	return conn, err, setns(orig) == nil
+	return conn, setns(orig) == nil, err
 }
 
 func setns(f *os.File) error {
