@@ -156,49 +156,41 @@ func TestTestInstallsEveryTiersPackages(t *testing.T) {
 	}
 }
 
-// TestDemoNotRoot: without root the answer is one line with the command to run, at once, and
-// nothing is installed.
-func TestDemoNotRoot(t *testing.T) {
-	path, log := machine(t, "1000", false)
-	out, failed := makeVerb(t, path, "demo")
-	if !failed {
-		t.Fatalf("make demo succeeded without root:\n%s", out)
-	}
-	if !strings.Contains(out, "run sudo make demo") {
-		t.Errorf("make demo without root did not say to run sudo make demo:\n%s", out)
-	}
-	if calls := aptCalls(t, log); calls != nil {
-		t.Errorf("apt-get ran without root: %q", calls)
-	}
-}
-
-// TestEnvtestNotRootNamesTheInstallCommand: a tier that needs no root but lacks packages says
-// the exact apt-get command (with sudo) to run.
-func TestEnvtestNotRootNamesTheInstallCommand(t *testing.T) {
-	path, log := machine(t, "1000", false)
-	out, failed := makeVerb(t, path, "test-envtest")
-	if !failed {
-		t.Fatalf("make test-envtest succeeded without promtool and yamllint:\n%s", out)
-	}
-	want := "run sudo apt-get install -y --no-install-recommends " + strings.Join(expectedPackages(t, path, "all", "envtest"), " ")
-	if !strings.Contains(out, want) {
-		t.Errorf("make test-envtest output lacks %q:\n%s", want, out)
-	}
-	if calls := aptCalls(t, log); calls != nil {
-		t.Errorf("apt-get ran without root: %q", calls)
-	}
-}
-
-// TestDemoNotDebian: as root without apt-get the message names the packages to find
-// equivalents for.
-func TestDemoNotDebian(t *testing.T) {
-	path, _ := machine(t, "0", true)
-	out, failed := makeVerb(t, path, "demo")
-	if !failed {
-		t.Fatalf("make demo succeeded without apt-get and packages:\n%s", out)
-	}
-	if !strings.Contains(out, "not a Debian or Ubuntu machine") || !strings.Contains(out, "containerd") {
-		t.Errorf("make demo without apt-get did not say so and name the packages:\n%s", out)
+// TestRefusesAtOnce: where nothing can be installed (no root, no apt-get) the answer is one
+// message with the exact command to run, and apt-get is never called.
+func TestRefusesAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name, verb, uid string
+		noAPT           bool
+		want            func(path string) string
+	}{{
+		name: "demo without root", verb: "demo", uid: "1000",
+		want: func(string) string { return "run sudo make demo" },
+	}, {
+		name: "envtest without root names the apt-get command", verb: "test-envtest", uid: "1000",
+		want: func(path string) string {
+			return "run sudo apt-get install -y --no-install-recommends " + strings.Join(expectedPackages(t, path, "all", "envtest"), " ")
+		},
+	}, {
+		name: "demo as root without apt-get", verb: "demo", uid: "0", noAPT: true,
+		want: func(path string) string {
+			return "not a Debian or Ubuntu machine (no apt-get): install their equivalents, then rerun: " +
+				strings.Join(expectedPackages(t, path, "all", "e2e"), " ")
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			path, log := machine(t, tc.uid, tc.noAPT)
+			out, failed := makeVerb(t, path, tc.verb)
+			if !failed {
+				t.Fatalf("make %s succeeded:\n%s", tc.verb, out)
+			}
+			if want := tc.want(path); !strings.Contains(out, want) {
+				t.Errorf("make %s output lacks %q:\n%s", tc.verb, want, out)
+			}
+			if calls := aptCalls(t, log); calls != nil {
+				t.Errorf("apt-get ran: %q", calls)
+			}
+		})
 	}
 }
 

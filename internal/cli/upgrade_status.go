@@ -80,7 +80,7 @@ func nextStep(o *upgrade.Observation) string {
 	case !o.Exists:
 		return "install the chart (any stage may be installed while nothing is stored)"
 	case o.Inconsistent != "":
-		return "repair the CRD by hand (runbooks/upgrade/README.md)"
+		return "repair the CRD by hand (runbooks/README.md lists the stage pages)"
 	}
 	i := slices.Index(crd.Stages, o.Stage)
 	if o.Stage == crd.StageFlipStorage {

@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -64,7 +65,8 @@ func (r *WidgetReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: crd.WidgetName}, c); err != nil {
 		return fmt.Errorf("read CRD %s to find its storage version: %w", crd.WidgetName, err)
 	}
-	sv, err := storageVersionFor(storageVersionOf(c))
+	version, _ := apihelpers.GetCRDStorageVersion(c) // "" is refused by storageVersionFor
+	sv, err := storageVersionFor(version)
 	if err != nil {
 		return err
 	}
@@ -118,7 +120,7 @@ func (r *WidgetReconciler) currentStorage() storageVersion {
 // of the CRD (the informer's periodic resync included) tries again.
 func (r *WidgetReconciler) followStorageVersion(ctx context.Context, c *apiextensionsv1.CustomResourceDefinition) error {
 	log := logf.FromContext(ctx)
-	version := storageVersionOf(c)
+	version, _ := apihelpers.GetCRDStorageVersion(c)
 	old := r.currentStorage()
 	if version == "" || version == old.name() {
 		return nil
@@ -147,16 +149,6 @@ func (r *WidgetReconciler) setStorage(sv storageVersion) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.storage = sv
-}
-
-// storageVersionOf returns the CRD's storage version ("" if none is marked).
-func storageVersionOf(c *apiextensionsv1.CustomResourceDefinition) string {
-	for _, v := range c.Spec.Versions {
-		if v.Storage {
-			return v.Name
-		}
-	}
-	return ""
 }
 
 // catalogEntryToWidget maps a catalog entry back to its Widget, so a deleted or edited
