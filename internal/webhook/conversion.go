@@ -181,16 +181,31 @@ type chunkResult struct {
 	err  *conversionError
 }
 
+// convertOne converts one object; a variable only so that a test can make it panic.
+var convertOne = convertObject
+
 // convertChunk converts objects[lo:hi]; it stops at its first failure.
-func convertChunk(desired string, objects []json.RawMessage, lo, hi, sizeHint int) chunkResult {
-	var r chunkResult
+//
+// It runs on a goroutine of its own, where net/http's recovery of the handler does not
+// reach: a panic here would kill the process, and since the apiserver sends the same LIST
+// to every replica, every replica in turn. A panic fails this review instead, naming the
+// object, and the server goes on.
+func convertChunk(desired string, objects []json.RawMessage, lo, hi, sizeHint int) (r chunkResult) {
+	i := lo
+	defer func() {
+		if p := recover(); p != nil {
+			r.err = &conversionError{reason: reasonConversionFailed, message: fmt.Sprintf(
+				"object %d of %d (%s): internal error in the conversion webhook (a bug; the review failed, the server goes on): %v",
+				i+1, len(objects), describeObject(objects[i]), p)}
+		}
+	}()
 	r.buf.Grow(sizeHint + sizeHint/8)
 	r.from = labelNone
-	for i := lo; i < hi; i++ {
+	for ; i < hi; i++ {
 		if i > lo {
 			r.buf.WriteByte(',')
 		}
-		version, err := convertObject(&r.buf, desired, objects[i])
+		version, err := convertOne(&r.buf, desired, objects[i])
 		if err != nil {
 			err.message = fmt.Sprintf("object %d of %d (%s): %s", i+1, len(objects), describeObject(objects[i]), err.message)
 			r.err = err

@@ -338,3 +338,40 @@ func TestLargeReviewFailsAtTheFirstBadObject(t *testing.T) {
 		t.Fatalf("got %s with %d objects: %q; want a Failure naming object 701, ns/dup-a", review.Response.Result.Status, len(review.Response.ConvertedObjects), msg)
 	}
 }
+
+// TestPanicInAWorkerFailsTheReviewOnly: a panic while converting one object, on the single
+// goroutine of a small review or on one of several of a large one (where net/http's own
+// recovery does not reach), fails that review naming the object, and the handler goes on to
+// answer the next review.
+func TestPanicInAWorkerFailsTheReviewOnly(t *testing.T) {
+	stock := convertOne
+	t.Cleanup(func() { convertOne = stock })
+	convertOne = func(buf *bytes.Buffer, desired string, raw json.RawMessage) (string, *conversionError) {
+		if bytes.Contains(raw, []byte(`"name":"boom"`)) {
+			panic("injected")
+		}
+		return stock(buf, desired, raw)
+	}
+	h := &ConversionHandler{}
+	for _, n := range []int{1, 1000} {
+		objs := make([]any, n)
+		for i := range objs {
+			objs[i] = conversiontest.RealisticWidget("ns", i)
+		}
+		objs[n/2] = `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"boom","namespace":"ns"},"spec":{"image":"i"}}`
+		code, text, review := post(t, h, reviewBody(t, "u", "widgetry.io/v1", objs...))
+		if review == nil {
+			t.Fatalf("%d objects: HTTP %d %s; want a failed ConversionReview", n, code, text)
+		}
+		msg := review.Response.Result.Message
+		want := fmt.Sprintf("object %d of %d (ns/boom", n/2+1, n)
+		if review.Response.Result.Status != "Failure" || len(review.Response.ConvertedObjects) != 0 ||
+			!strings.Contains(msg, want) || !strings.Contains(msg, "internal error") || !strings.Contains(msg, "injected") {
+			t.Errorf("%d objects: got %s with %d objects: %q; want a Failure naming %s and the panic", n, review.Response.Result.Status, len(review.Response.ConvertedObjects), msg, want)
+		}
+	}
+	_, _, review := post(t, h, reviewBody(t, "u", "widgetry.io/v1", conversiontest.RealisticWidget("ns", 1)))
+	if review == nil || review.Response.Result.Status != "Success" {
+		t.Fatalf("the handler did not answer a good review after the panics: %+v", review)
+	}
+}
