@@ -1,7 +1,10 @@
-// Package e2e holds the end-to-end tests of the whole product, those that belong to no one
-// package (the tests of one package's behaviour on the real node sit next to it, under the
-// same e2e build tag):
+// Package e2e holds the end-to-end tests, apart from the product packages they exercise:
 //
+//   - the chart walk (chart_walk_test.go): install, the staged upgrade one helm upgrade at a
+//     time, helm rollback, helm test and uninstall, with Helm 3 and Helm 4, cert-manager's real
+//     controllers and cainjector;
+//   - the controller on a real node (controller_test.go): a Widget's pods run, the real
+//     readiness probe gates them, and the Widget reports Ready;
 //   - the production proof (production_proof_test.go): the chart installed on a real node
 //     with its Prometheus monitoring, and zero failed API requests across a rollout restart,
 //     a helm upgrade of the pod template, a forced certificate renewal and the loss of the
@@ -9,6 +12,9 @@
 //     the webhook Service;
 //   - the README's commands (readme_test.go): every shell command of README.md is run, or its
 //     flags and values are checked by the tool itself, or it is what the demo or CI runs.
+//
+// Each test brings up a cluster of its own (cluster.Start): the walk uninstalls leaving the
+// CRD behind, which the next test must not inherit.
 //
 // Its tests build only with -tags e2e; make test-e2e runs them alone, never beside other
 // packages competing for the same cores.

@@ -1,6 +1,6 @@
 //go:build e2e
 
-package chart
+package e2e
 
 import (
 	"bytes"
@@ -25,16 +25,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/widgetry/widget-operator/api/v1alpha1"
+	widgetchart "github.com/widgetry/widget-operator/internal/chart"
 	"github.com/widgetry/widget-operator/internal/controller"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/cluster"
+	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
-
-// TestMain tears the shared end-to-end cluster down after the last test, if one started.
-func TestMain(m *testing.M) { os.Exit(cluster.Main(m)) }
 
 const releaseNamespace = "widget-system"
 
@@ -48,7 +47,7 @@ const releaseNamespace = "widget-system"
 // stage and read back through every served version (0 lost fields); helm test; helm uninstall
 // keeps the CRD and every Widget, without the catalog finalizer.
 func TestEndToEndWalk(t *testing.T) {
-	c := cluster.Shared(t)
+	c := cluster.Start(t)
 	c.ImportOperatorImage(t)
 	c.StartCertManager(t)
 	ensureNamespace(t, c, releaseNamespace)
@@ -89,7 +88,7 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chart, _ := filepath.Abs(chartDir)
+	chart := filepath.Join(prereq.RepoRoot(t), widgetchart.Dir)
 	w := &e2e{t: t, c: c, helm: helm, chart: chart, cl: cl, ns: widgetNamespace,
 		fleet: &widgetenv.Fleet{Client: cl, Namespace: widgetNamespace, N: objectsPerWalk()}}
 	ensureNamespace(t, c, widgetNamespace)

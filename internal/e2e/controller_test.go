@@ -1,6 +1,6 @@
 //go:build e2e
 
-package controller_test
+package e2e
 
 import (
 	"context"
