@@ -1,45 +1,19 @@
 package testenv
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 )
 
-// fatalRecorder is a testing.TB whose Fatalf and Skip* record the call and end the
-// goroutine, as the real ones do, so the failure path can be tested without failing.
-type fatalRecorder struct {
-	testing.TB // nil: calling anything not overridden panics, which is a test bug
-	fatal      string
-	skipped    bool
-}
-
-func (r *fatalRecorder) Helper() {}
-
-func (r *fatalRecorder) Fatalf(format string, args ...any) {
-	r.fatal = fmt.Sprintf(format, args...)
-	runtime.Goexit()
-}
-
-func (r *fatalRecorder) Skip(...any)          { r.skipped = true; runtime.Goexit() }
-func (r *fatalRecorder) Skipf(string, ...any) { r.skipped = true; runtime.Goexit() }
-func (r *fatalRecorder) SkipNow()             { r.skipped = true; runtime.Goexit() }
-
-// runAssets calls Assets with a recorder in its own goroutine, since Fatalf ends it.
-func runAssets(extra ...string) (dir string, rec *fatalRecorder) {
-	rec = &fatalRecorder{}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		dir = assets(rec, extra...)
-	}()
-	<-done
-	return dir, rec
+// runAssets calls assets under prereq.Observe, which records its failure instead of failing
+// this test.
+func runAssets(extra ...string) (dir string, out prereq.Outcome) {
+	out = prereq.Observe(func(tb testing.TB) { dir = assets(tb, extra...) })
+	return dir, out
 }
 
 func writeExecutables(t *testing.T, dir string, mode os.FileMode, names ...string) {
@@ -59,10 +33,10 @@ func TestAssetsFailsWithBuildInstructions(t *testing.T) {
 
 	_, rec := runAssets(kubeControllerManager)
 
-	if rec.skipped {
+	if rec.Skipped {
 		t.Fatal("Assets skipped the test; missing binaries must fail it")
 	}
-	if rec.fatal == "" {
+	if rec.Fatal == "" {
 		t.Fatal("Assets did not fail although binaries are missing")
 	}
 	for _, want := range []string{
@@ -72,12 +46,12 @@ func TestAssetsFailsWithBuildInstructions(t *testing.T) {
 		"`make tools`",
 		"25 minutes",
 	} {
-		if !strings.Contains(rec.fatal, want) {
-			t.Errorf("the failure message lacks %q:\n%s", want, rec.fatal)
+		if !strings.Contains(rec.Fatal, want) {
+			t.Errorf("the failure message lacks %q:\n%s", want, rec.Fatal)
 		}
 	}
-	if strings.Contains(rec.fatal, "kubectl") {
-		t.Errorf("the failure message names kubectl, which is present:\n%s", rec.fatal)
+	if strings.Contains(rec.Fatal, "kubectl") {
+		t.Errorf("the failure message names kubectl, which is present:\n%s", rec.Fatal)
 	}
 }
 
@@ -87,16 +61,16 @@ func TestAssetsReturnsCompleteDirectory(t *testing.T) {
 	writeExecutables(t, dir, 0o755, kubeAPIServer, etcd, kubectl)
 
 	got, rec := runAssets()
-	if rec.fatal != "" || rec.skipped {
-		t.Fatalf("Assets failed on a complete directory: %s", rec.fatal)
+	if rec.Fatal != "" || rec.Skipped {
+		t.Fatalf("Assets failed on a complete directory: %s", rec.Fatal)
 	}
 	if got != dir {
 		t.Errorf("Assets = %q, want $%s = %q", got, assetsEnv, dir)
 	}
 
 	// kube-controller-manager is only required when asked for.
-	if _, rec := runAssets(kubeControllerManager); !strings.Contains(rec.fatal, "kube-controller-manager missing") {
-		t.Errorf("Assets(kube-controller-manager) did not report it missing; got %q", rec.fatal)
+	if _, rec := runAssets(kubeControllerManager); !strings.Contains(rec.Fatal, "kube-controller-manager missing") {
+		t.Errorf("Assets(kube-controller-manager) did not report it missing; got %q", rec.Fatal)
 	}
 }
 
