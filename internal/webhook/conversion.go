@@ -194,9 +194,12 @@ func convertChunk(desired string, objects []json.RawMessage, lo, hi, sizeHint in
 	i := lo
 	defer func() {
 		if p := recover(); p != nil {
+			what := "before the first object"
+			if i < len(objects) {
+				what = fmt.Sprintf("object %d of %d (%s)", i+1, len(objects), describeObject(objects[i]))
+			}
 			r.err = &conversionError{reason: reasonConversionFailed, message: fmt.Sprintf(
-				"object %d of %d (%s): internal error in the conversion webhook (a bug; the review failed, the server goes on): %v",
-				i+1, len(objects), describeObject(objects[i]), p)}
+				"%s: internal error in the conversion webhook (a bug; the review failed, the server goes on): %v", what, p)}
 		}
 	}()
 	r.buf.Grow(sizeHint + sizeHint/8)
