@@ -6,7 +6,6 @@ BIN ?= $(CURDIR)/bin
 export KUBEBUILDER_ASSETS ?= $(BIN)
 export PATH := $(BIN):$(PATH)
 CONTROLLER_GEN := $(BIN)/controller-gen
-GO_TEST_FLAGS ?= -count=1 -timeout=40m
 TOOL_MODULES := $(wildcard scripts/tools/*/go.mod)
 
 .PHONY: help
@@ -104,13 +103,13 @@ test-conversion: ## Conversion round-trip fuzzing (10,000 objects each way) and 
 test-long: tools ## Long runs: 100,000-object round trips and the same fuzzing for 5 minutes.
 	WIDGET_ROUNDTRIP_ITERATIONS=100000 go test -count=1 -run 'RoundTrip' ./internal/conversion/
 	go test -run '^$$' -fuzz FuzzConvertReview -fuzztime 5m ./internal/webhook/
-	WIDGET_MIGRATE_CRASH_OBJECTS=10000 WIDGET_MIGRATE_KILLS=5 go test -count=1 -timeout=60m -run 'TestCrashAndResume' -v ./internal/migrate/ | grep -E '^(=== RUN|--- |PASS|FAIL|ok)|crash_test'
+	WIDGET_MIGRATE_CRASH_OBJECTS=10000 WIDGET_MIGRATE_KILLS=5 go test -tags envtest -count=1 -timeout=60m -run 'TestCrashAndResume' -v ./internal/migrate/ | grep -E '^(=== RUN|--- |PASS|FAIL|ok)|crash_test'
 
 .PHONY: bench
 bench: tools ## Benchmarks, benchstat-friendly (-count 6); see README "Benchmarks".
 	go test -run '^$$' -bench . -benchmem -count 6 ./internal/webhook/ | tee $(BIN)/bench.txt
 	scripts/bench-ratios.sh $(BIN)/bench.txt
-	go test -run '^$$' -bench BenchmarkReencode -benchtime 1x -count 3 -timeout 90m ./internal/migrate/ | tee $(BIN)/bench-migrate.txt | grep -E '^(Benchmark|ok|FAIL)'
+	go test -tags envtest -run '^$$' -bench BenchmarkReencode -benchtime 1x -count 3 -timeout 90m ./internal/migrate/ | tee $(BIN)/bench-migrate.txt | grep -E '^(Benchmark|ok|FAIL)'
 	scripts/migrate-bench-ratios.sh $(BIN)/bench-migrate.txt
 
 .PHONY: verify
