@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reads the output of `go test -bench BenchmarkReencode ./internal/migrate/` (stdin or files)
+# Reads the output of `go test -tags envtest -bench BenchmarkReencode ./internal/migrate/` (stdin or files)
 # and prints the mean objects/s and apiserver p99 of every variant, and the ratios the
 # migrator is held to: a/b (this migrator / unthrottled floor, target >= 0.8) and a/d (this
 # migrator / sequential patches at QPS 100, target >= 2.5), and b/d, which bounds a/d.
