@@ -68,14 +68,7 @@ E2E_PKGS ?= $(call tagged_packages,e2e)
 UNIT_FLAGS ?= -race -count=1 -timeout=10m
 # -race costs the envtest packages about a third more time; RACE= turns it off.
 RACE ?= -race
-ENVTEST_FLAGS ?= -count=1 -timeout=30m
-# internal/controller runs without -race: the detector slows the in-process manager enough
-# that a known race of the controller fails its orphan-deletion test about two runs in three
-# (a reconcile that read the Widget just before an orphan deletion re-applies its children
-# with the owner reference the garbage collector has just removed, so the collector then
-# deletes them). The race is the product's, not the test's; until the controller is fixed,
-# the package runs without the detector, where it passed every run here.
-ENVTEST_NORACE_PKGS ?= ./internal/controller/
+ENVTEST_FLAGS ?= $(RACE) -count=1 -timeout=30m
 E2E_FLAGS ?= -count=1 -timeout=60m
 
 .PHONY: test
@@ -92,8 +85,7 @@ test-envtest: ## Envtest tier: real kube-apiserver + etcd (and kube-controller-m
 	@MAKE_VERB="make test-envtest" scripts/prereqs.sh envtest
 	scripts/toolchain.sh | grep -v 'up to date' || true
 	$(MAKE) --no-print-directory build
-	go test -tags envtest $(RACE) $(ENVTEST_FLAGS) $(filter-out $(ENVTEST_NORACE_PKGS),$(ENVTEST_PKGS))
-	go test -tags envtest $(ENVTEST_FLAGS) $(filter $(ENVTEST_NORACE_PKGS),$(ENVTEST_PKGS))
+	go test -tags envtest $(ENVTEST_FLAGS) $(ENVTEST_PKGS)
 
 .PHONY: test-e2e
 test-e2e: ## End-to-end tier (root): the real node, cert-manager, Prometheus, the chart walks, the production proof.

@@ -11,6 +11,10 @@ const (
 	ConditionReady = "Ready"
 	// ConditionProgressing is True while the Widget's Deployment rolls out.
 	ConditionProgressing = "Progressing"
+	// ConditionPaused is True while the operator's reconciliation is paused for uninstall
+	// (the controller's pause marker exists), and absent otherwise. It is not spec.paused,
+	// which pauses one Widget's rollouts and shows as Progressing's reason Paused.
+	ConditionPaused = "Paused"
 )
 
 // Condition reasons the controller reports, CamelCase as metav1.Condition requires. They are
@@ -38,6 +42,14 @@ const (
 	// not apply the Widget's children. Ready's message is the error, and a Warning event of
 	// the same reason is recorded on the Widget.
 	ReasonReconcileFailed = "ReconcileFailed"
+	// ReasonNameConflict: Ready and Progressing are both False; a Deployment or Service of the
+	// Widget's name exists and is not controlled by the Widget, so the controller leaves it
+	// untouched. The message names it and its controller; a Warning event of the same reason
+	// is recorded on the Widget. It clears once that object is gone.
+	ReasonNameConflict = "NameConflict"
+	// ReasonControllerPaused: Paused is True; the pause marker ConfigMap exists in the
+	// operator's namespace, so no finalizer or child is written. Deleting it resumes.
+	ReasonControllerPaused = "ControllerPaused"
 )
 
 // EndpointSpec is a port the Widget's pods listen on; its name is the key in WidgetSpec.Endpoints.

@@ -30,7 +30,8 @@ import (
 // (server-side apply) on the same cluster. A stand-in for cainjector writes caBundle with its
 // own field manager after the install: no upgrade or rollback may conflict with it or drop it.
 // No pods run here, so hooks are skipped (--no-hooks); the end-to-end walk on a real node
-// runs them. After each step the live CRD's versions equal crd.ApplyStageFlags.
+// runs them. After each step the live CRD's versions equal crd.ApplyStageFlags. Jumps with the
+// hooks off are refused by the chart's stage guard in the apiserver.
 func TestReleaseOnAPIServer(t *testing.T) {
 	hs := helms(t)
 	pomCRDs := filepath.Join(root, "bin", "prometheus-operator-crds")
@@ -159,6 +160,19 @@ func TestReleaseOnAPIServer(t *testing.T) {
 					t.Fatalf("rollback to %s (revision %d): %v\n%s", stage, rev, err, out)
 				}
 				check(t, stage)
+			}
+			// Without the hooks the apiserver's stage guard still refuses a jump, and the CRD
+			// stays at initial: --no-hooks, hooks=false, a rollback to a revision two stages away.
+			for _, bypass := range [][]string{
+				{"upgrade", "widget-operator", chart, "--no-hooks", "--reuse-values", "--set", "apiUpgrade.stage=unserve"},
+				{"upgrade", "widget-operator", chart, "--reuse-values", "--set", "apiUpgrade.hooks=false,apiUpgrade.stage=flip-storage"},
+				{"rollback", "widget-operator", "3", "--no-hooks"}, // revision 3 is flip-storage
+			} {
+				out, err := helmRun(t, helm, bypass...)
+				if err == nil || !strings.Contains(out, "widgets.widgetry.io-stage-guard") || !strings.Contains(out, "runbooks/upgrade/") {
+					t.Errorf("helm %s: want the stage guard's refusal naming its runbook, got %v:\n%s", strings.Join(bypass, " "), err, out)
+				}
+				check(t, crd.StageInitial)
 			}
 			if out, err := helmRun(t, helm, "uninstall", "widget-operator", "--no-hooks"); err != nil {
 				t.Fatalf("uninstall: %v\n%s", err, out)

@@ -33,12 +33,15 @@ var (
 // crdFile is what templates/customresourcedefinition.yaml reads: the CRD's names and each
 // version's definition once, and per stage the flags of the versions it has, in order.
 type crdFile struct {
-	Name     string                                        `json:"name"`
-	Group    string                                        `json:"group"`
-	Names    apiextensionsv1.CustomResourceDefinitionNames `json:"names"`
-	Scope    apiextensionsv1.ResourceScope                 `json:"scope"`
-	Stages   map[crd.Stage][]stageFlags                    `json:"stages"`
-	Versions map[string]map[string]any                     `json:"versions"`
+	Name  string                                        `json:"name"`
+	Group string                                        `json:"group"`
+	Names apiextensionsv1.CustomResourceDefinitionNames `json:"names"`
+	Scope apiextensionsv1.ResourceScope                 `json:"scope"`
+	// Old and New name the version pair, for the stage guard (the ValidatingAdmissionPolicy).
+	Old      string                     `json:"old"`
+	New      string                     `json:"new"`
+	Stages   map[crd.Stage][]stageFlags `json:"stages"`
+	Versions map[string]map[string]any  `json:"versions"`
 }
 
 type stageFlags struct {
@@ -56,7 +59,8 @@ var flagFields = []string{"name", "served", "storage", "deprecated", "deprecatio
 // crd.ApplyStageFlags.
 func CRDFile() ([]byte, error) {
 	base := crd.Widget()
-	f := crdFile{Name: base.Name, Group: base.Spec.Group, Names: base.Spec.Names, Scope: base.Spec.Scope,
+	pair := crd.WidgetPair()
+	f := crdFile{Name: base.Name, Group: base.Spec.Group, Names: base.Spec.Names, Scope: base.Spec.Scope, Old: pair.Old, New: pair.New,
 		Stages: map[crd.Stage][]stageFlags{}, Versions: map[string]map[string]any{}}
 	for _, v := range base.Spec.Versions {
 		m, err := toMap(v)

@@ -210,7 +210,7 @@ var valueCases = []valueCase{{
 		cl := job(t, objs, "widget-operator-cleanup-finalizers")
 		if cl == nil || cl.Annotations["helm.sh/hook"] != "pre-delete" ||
 			!slices.Equal(cl.Spec.Template.Spec.Containers[0].Args, []string{"cleanup-finalizers", "--crd", "widgets.widgetry.io", "--finalizer", "widgetry.io/catalog-cleanup",
-				"--operator-namespace", "widget-system", "--operator-deployment", "widget-operator"}) {
+				"--operator-namespace", "widget-system", "--operator-deployment", "widget-operator", "--allow-unsafe-uninstall=false"}) {
 			t.Errorf("cleanup Job: %+v", cl)
 		}
 		test := objs.Get("Pod", "widget-operator-selftest")
@@ -467,6 +467,14 @@ var valueCases = []valueCase{{
 		if job(t, objs, "widget-operator-preflight") != nil || job(t, objs, "widget-operator-migrate") != nil ||
 			job(t, objs, "widget-operator-wait-webhooks") != nil || job(t, objs, "widget-operator-cleanup-finalizers") == nil {
 			t.Error("want only the pre-delete cleanup Job")
+		}
+	},
+}, {
+	name: "unsafe uninstall accepted",
+	kv:   []any{"apiUpgrade.allowUnsafeUninstall", true},
+	check: func(t *testing.T, objs Objects) {
+		if a := job(t, objs, "widget-operator-cleanup-finalizers").Spec.Template.Spec.Containers[0].Args; !slices.Contains(a, "--allow-unsafe-uninstall=true") {
+			t.Errorf("cleanup-finalizers args %v", a)
 		}
 	},
 }, {

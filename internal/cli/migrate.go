@@ -1,17 +1,25 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/widgetry/widget-operator/internal/migrate"
+	"github.com/widgetry/widget-operator/internal/scheme"
+	"github.com/widgetry/widget-operator/internal/storageversion"
 )
 
 // migrateFlags are widgetctl migrate's flags.
@@ -23,6 +31,32 @@ type migrateFlags struct {
 	statusSubresource                   bool
 	pageSize, maxErrors                 int64
 	inTreeProbeTimeout, inTreeTimeout   time.Duration
+	storageWait                         storageWaitFlags
+}
+
+// storageWaitFlags tune the wait for every kube-apiserver to write the storage version, which
+// migrate and upgrade apply (at migrate) run before rewriting anything.
+type storageWaitFlags struct {
+	timeout    time.Duration
+	skip       bool
+	instances  []string
+	serverName string
+}
+
+func (f *storageWaitFlags) bind(fl *pflag.FlagSet) {
+	fl.DurationVar(&f.timeout, "storage-version-wait-timeout", storageversion.DefaultTimeout, "how long to wait for every kube-apiserver to write the CRD in its storage version before migrating")
+	fl.BoolVar(&f.skip, "skip-storage-version-wait", false, "migrate without checking that every kube-apiserver writes the storage version (only when you know they all do)")
+	fl.StringSliceVar(&f.instances, "apiserver-instances", nil, "host:port of every kube-apiserver instance, each reachable directly (not through a load balancer), instead of the endpoints of Service default/kubernetes")
+	fl.StringVar(&f.serverName, "apiserver-server-name", "", "name the instances' serving certificates are verified for (default: the kubeconfig's tls-server-name, else its server's host; e.g. kubernetes.default.svc)")
+}
+
+func (f *storageWaitFlags) validate() error {
+	for _, a := range f.instances {
+		if !isHostPort(a) {
+			return refused(fmt.Errorf("--apiserver-instances %q: want host:port, e.g. 10.0.0.11:6443", a))
+		}
+	}
+	return nil
 }
 
 // NewMigrateCommand builds `widgetctl migrate`.
@@ -34,6 +68,13 @@ func NewMigrateCommand(g *GlobalOptions) *cobra.Command {
 		Long: `migrate rewrites every stored object of the CRD so that etcd holds it in the CRD's storage
 version, then sets status.storedVersions to [storage] - after re-reading the CRD and refusing
 if its storage version or spec changed, or a stored version appeared, during the run.
+
+Before rewriting anything it waits until every kube-apiserver instance writes the CRD in its
+storage version: each switches when its own informer sees the CRD change, and one still
+writing the old version would undo the migration behind it. The instances are the addresses
+in the endpoints of Service default/kubernetes, each asked directly (same credentials, its
+certificate verified against the kubeconfig's CA) for the CRD's storageVersionHash. Where
+those addresses are not reachable, name every instance with --apiserver-instances.
 
 It works for any CRD. For a reverse migration make the older version the storage version
 first, then run migrate --to it: --to only checks that VERSION is the storage version.
@@ -59,12 +100,13 @@ the widget_migration_* metrics.`,
 	fl.IntVar(&f.concurrency, "concurrency", migrate.DefaultConcurrency, "objects written at once (client backend)")
 	fl.Float32Var(&f.qps, "qps", migrate.DefaultQPS, "client-side limit of requests per second; the apiserver's 429 answers are honoured on top")
 	fl.IntVar(&f.burst, "burst", migrate.DefaultBurst, "client-side burst of requests")
-	fl.BoolVar(&f.statusSubresource, "status-subresource", false, "write through the status subresource, so admission webhooks on the main resource cannot change or block the rewrite")
+	fl.BoolVar(&f.statusSubresource, "status-subresource", false, "require the status subresource: refuse a CRD without one (by default the rewrite goes through /status whenever the version has it, so admission webhooks on the main resource cannot change or block it)")
 	fl.StringVar(&f.progressNamespace, "progress-namespace", "", "namespace of the progress ConfigMap (default: the context's namespace; the release namespace in a cluster)")
 	fl.Int64Var(&f.pageSize, "page-size", migrate.DefaultPageSize, "objects per LIST page")
 	fl.Int64Var(&f.maxErrors, "max-errors", migrate.DefaultMaxErrors, "stop after this many objects failed")
 	fl.DurationVar(&f.inTreeProbeTimeout, "in-tree-probe-timeout", migrate.DefaultInTreeProbeTimeout, "how long to wait for kube-controller-manager to pick up an in-tree migration (then auto falls back to client, in-tree fails)")
 	fl.DurationVar(&f.inTreeTimeout, "in-tree-timeout", 0, "in-tree: give up waiting after this long (0: no limit); the migration keeps running in the cluster")
+	f.storageWait.bind(fl)
 	return cmd
 }
 
@@ -74,6 +116,9 @@ func runMigrate(cmd *cobra.Command, g *GlobalOptions, f *migrateFlags) error {
 	}
 	if f.concurrency < 1 || f.qps <= 0 || f.burst < 1 || f.pageSize < 1 || f.maxErrors < 1 {
 		return refused(errors.New("--concurrency, --qps, --burst, --page-size and --max-errors must be positive"))
+	}
+	if err := f.storageWait.validate(); err != nil {
+		return err
 	}
 	cfg, err := g.RESTConfig()
 	if err != nil {
@@ -90,9 +135,19 @@ func runMigrate(cmd *cobra.Command, g *GlobalOptions, f *migrateFlags) error {
 	}
 
 	events := newEventLogger(g)
+	waited, err := waitForStorageVersion(cmd.Context(), g, cfg, f.crd, f.to, &f.storageWait, events)
+	if err != nil {
+		printMigrateSummary(g, nil, waited, err)
+		return err
+	}
+	to := f.to
+	if waited != nil && waited.Result != nil {
+		// Migrate refuses if the storage version changed since the wait.
+		to = waited.StorageVersion
+	}
 	progress := newProgressPrinter(g, events)
 	res, err := m.Migrate(cmd.Context(), migrate.Options{
-		CRD: f.crd, To: f.to, Backend: migrate.Backend(f.backend), Concurrency: f.concurrency,
+		CRD: f.crd, To: to, Backend: migrate.Backend(f.backend), Concurrency: f.concurrency,
 		PageSize: f.pageSize, StatusSubresource: f.statusSubresource, ProgressNamespace: ns, MaxErrors: f.maxErrors,
 		InTreeProbeTimeout: f.inTreeProbeTimeout, InTreeTimeout: f.inTreeTimeout,
 		Logger: logr.FromSlogHandler(events.Handler()), OnProgress: progress.update,
@@ -102,8 +157,62 @@ func runMigrate(cmd *cobra.Command, g *GlobalOptions, f *migrateFlags) error {
 		err = fmt.Errorf("interrupted; progress is saved in ConfigMap %s/%s: run the same command again to resume: %w",
 			ns, migrate.ProgressObjectName(f.crd), err)
 	}
-	printMigrateSummary(g, res, err)
+	printMigrateSummary(g, res, waited, err)
 	return err
+}
+
+// isHostPort: an instance is dialled as given, so a URL or a bare host would fail every request.
+func isHostPort(a string) bool {
+	host, port, err := net.SplitHostPort(a)
+	n, perr := strconv.Atoi(port)
+	return err == nil && host != "" && perr == nil && n > 0 && n < 65536
+}
+
+// storageVersionWait is what migrate waited for before rewriting (--output json).
+type storageVersionWait struct {
+	Skipped bool `json:"skipped,omitempty"`
+	*storageversion.Result
+	WaitedSeconds float64 `json:"waitedSeconds,omitempty"`
+}
+
+// waitForStorageVersion returns once every kube-apiserver writes the CRD in its storage
+// version (internal/storageversion), unless --skip-storage-version-wait.
+func waitForStorageVersion(ctx context.Context, g *GlobalOptions, cfg *rest.Config, crdName, version string, f *storageWaitFlags, events *slog.Logger) (*storageVersionWait, error) {
+	if f.skip {
+		fmt.Fprintf(g.Stderr, "not checking that every kube-apiserver writes CRD %s in its storage version (--skip-storage-version-wait)\n", crdName)
+		return &storageVersionWait{Skipped: true}, nil
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		return nil, err
+	}
+	res, err := storageversion.Wait(ctx, c, cfg, crdName, storageversion.Options{
+		Version: version, Instances: f.instances, ServerName: f.serverName,
+		Timeout: f.timeout, Logger: logr.FromSlogHandler(events.Handler()),
+	})
+	var lag *storageversion.LagError
+	switch {
+	case errors.Is(err, storageversion.ErrPrecondition):
+		return nil, nil // Migrate checks the same and refuses, naming the fix
+	case errors.As(err, &lag):
+		return nil, refused(fmt.Errorf("%w. Nothing was rewritten. Next: find out why the instance lags (its log; is it up?) and rerun; "+
+			"if these addresses are not reachable from where widgetctl runs, name every instance with --apiserver-instances host:port,...; "+
+			"--skip-storage-version-wait only once you know every instance writes %s", err, lag.Result.StorageVersion))
+	case err != nil && ctx.Err() == nil:
+		return nil, fmt.Errorf("%w (nothing was rewritten; --apiserver-instances names the instances, --skip-storage-version-wait skips the check)", err)
+	case err != nil:
+		return nil, err
+	}
+	w := &storageVersionWait{Result: res, WaitedSeconds: res.Duration.Seconds()}
+	if g.Output != OutputJSON {
+		from := "--apiserver-instances"
+		if res.FromEndpoints {
+			from = "the endpoints of Service default/kubernetes"
+		}
+		fmt.Fprintf(g.Stdout, "every kube-apiserver writes CRD %s as %s (storageVersionHash %s): %s (from %s), after %s\n",
+			res.CRD, res.StorageVersion, res.Hash, strings.Join(res.Addresses(), ", "), from, res.Duration.Round(time.Millisecond))
+	}
+	return w, nil
 }
 
 // migrateSummary is the --output json result of widgetctl migrate.
@@ -125,10 +234,12 @@ type migrateSummary struct {
 	Resumed          bool     `json:"resumed"`
 	NothingToDo      bool     `json:"nothingToDo"`
 	StoredVersions   []string `json:"storedVersions,omitempty"`
+	// StorageVersionWait is what was waited for before the first rewrite.
+	StorageVersionWait *storageVersionWait `json:"storageVersionWait,omitempty"`
 }
 
-func printMigrateSummary(g *GlobalOptions, res *migrate.Result, err error) {
-	s := migrateSummary{Result: "done"}
+func printMigrateSummary(g *GlobalOptions, res *migrate.Result, waited *storageVersionWait, err error) {
+	s := migrateSummary{Result: "done", StorageVersionWait: waited}
 	switch exitCode(err) {
 	case ExitRefused:
 		s.Result, s.Message = "refused", err.Error()

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -47,6 +48,13 @@ func TestMigrateCommand(t *testing.T) {
 		}
 	}
 
+	// envtest's kube-apiserver advertises a host address it does not serve on: name it.
+	u, err := url.Parse(env.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	instances := "--apiserver-instances=" + u.Host
+
 	for _, tc := range []struct {
 		name   string
 		args   []string
@@ -60,8 +68,10 @@ func TestMigrateCommand(t *testing.T) {
 			"refused: CRD widgets.widgetry.io stores v1alpha1, not v1: make v1 the storage version first (kubectl patch crd widgets.widgetry.io --type=json -p"},
 		{"--to a version the CRD does not have", []string{"migrate", "--crd", "widgets.widgetry.io", "--to", "v9"}, cli.ExitRefused,
 			"refused: CRD widgets.widgetry.io has no version v9 (it has v1, v1alpha1): check --to"},
-		{"bad backend", []string{"migrate", "--crd", "widgets.widgetry.io", "--backend", "magic"}, cli.ExitRefused, `unknown backend "magic"`},
+		{"bad backend", []string{"migrate", "--crd", "widgets.widgetry.io", "--backend", "magic", instances}, cli.ExitRefused, `unknown backend "magic"`},
 		{"bad output", []string{"migrate", "--crd", "widgets.widgetry.io", "-o", "yaml"}, cli.ExitRefused, `--output "yaml": use text or json`},
+		{"bad instance", []string{"migrate", "--crd", "widgets.widgetry.io", "--apiserver-instances", "127.0.0.1:6443/"}, cli.ExitRefused,
+			`refused: --apiserver-instances "127.0.0.1:6443/": want host:port`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := run(t, env, tc.args...)
@@ -73,15 +83,41 @@ func TestMigrateCommand(t *testing.T) {
 
 	widgetenv.SetStorageVersion(t, env, "v1", "probe")
 
+	t.Run("an instance that does not answer: refused, nothing rewritten", func(t *testing.T) {
+		for _, tc := range []struct{ name, flag, want string }{
+			{"named", "--apiserver-instances=127.0.0.1:1", "127.0.0.1:1 (no answer"},
+			{"from the endpoints", "", "the addresses are those the instances registered in the endpoints of Service default/kubernetes"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				args := []string{"migrate", "--crd", "widgets.widgetry.io", "--progress-namespace", "widget-system", "--storage-version-wait-timeout=2s"}
+				if tc.flag != "" {
+					args = append(args, tc.flag)
+				}
+				code, _, stderr := run(t, env, args...)
+				for _, w := range []string{"refused: after 2s, 1 of 1 kube-apiserver instances do not write CRD widgets.widgetry.io as v1 yet", tc.want,
+					"Nothing was rewritten", "--apiserver-instances host:port", "--skip-storage-version-wait"} {
+					if code != cli.ExitRefused || !strings.Contains(stderr, w) {
+						t.Errorf("exit %d, stderr %q; want exit %d and %q", code, stderr, cli.ExitRefused, w)
+					}
+				}
+				for key, apiVersion := range widgetenv.StoredAPIVersions(t, env) {
+					if strings.HasPrefix(key, "fleet/") && apiVersion != "widgetry.io/v1alpha1" {
+						t.Errorf("%s is stored as %s: rewritten", key, apiVersion)
+					}
+				}
+			})
+		}
+	})
+
 	t.Run("a missing progress namespace is an error", func(t *testing.T) {
-		code, _, stderr := run(t, env, "migrate", "--crd", "widgets.widgetry.io", "--backend", "client", "--progress-namespace", "nowhere")
+		code, _, stderr := run(t, env, "migrate", "--crd", "widgets.widgetry.io", "--backend", "client", "--progress-namespace", "nowhere", instances)
 		if code != cli.ExitError || !strings.Contains(stderr, `namespace "nowhere" does not exist; create it or pass another --progress-namespace`) {
 			t.Errorf("exit %d, stderr %q", code, stderr)
 		}
 	})
 
 	t.Run("json", func(t *testing.T) {
-		code, stdout, stderr := run(t, env, "migrate", "--crd", "widgets.widgetry.io", "--backend", "client", "--progress-namespace", "widget-system", "-o", "json")
+		code, stdout, stderr := run(t, env, "migrate", "--crd", "widgets.widgetry.io", "--backend", "client", "--progress-namespace", "widget-system", "-o", "json", instances)
 		if code != cli.ExitDone {
 			t.Fatalf("exit %d", code)
 		}
@@ -93,12 +129,23 @@ func TestMigrateCommand(t *testing.T) {
 			Backend        string   `json:"backend"`
 			StoredVersions []string `json:"storedVersions"`
 			Rate           float64  `json:"objectsPerSecond"`
+			Wait           struct {
+				StorageVersion string `json:"storageVersion"`
+				FromEndpoints  bool   `json:"fromEndpoints"`
+				Instances      []struct {
+					Address  string `json:"address"`
+					Switched bool   `json:"switched"`
+				} `json:"instances"`
+			} `json:"storageVersionWait"`
 		}
 		if err := json.Unmarshal([]byte(stdout), &s); err != nil {
 			t.Fatalf("stdout is not the JSON summary: %v", err)
 		}
 		if s.Result != "done" || s.Objects != n || s.Migrated != n || s.Backend != "client" || !slices.Equal(s.StoredVersions, []string{"v1"}) || s.Rate <= 0 {
 			t.Errorf("summary %+v", s)
+		}
+		if w := s.Wait; w.StorageVersion != "v1" || w.FromEndpoints || len(w.Instances) != 1 || "--apiserver-instances="+w.Instances[0].Address != instances || !w.Instances[0].Switched {
+			t.Errorf("storageVersionWait %+v", w)
 		}
 		// Not a terminal: structured JSON lines, ending with the final progress.
 		if !strings.Contains(stderr, `"msg":"migration progress"`) || !strings.Contains(stderr, fmt.Sprintf(`"done":%d`, n)) {
@@ -107,18 +154,24 @@ func TestMigrateCommand(t *testing.T) {
 	})
 
 	t.Run("text, nothing to do", func(t *testing.T) {
-		code, stdout, _ := run(t, env, "migrate", "--crd", "widgets.widgetry.io", "--progress-namespace", "widget-system")
+		code, stdout, stderr := run(t, env, "migrate", "--crd", "widgets.widgetry.io", "--progress-namespace", "widget-system", "--skip-storage-version-wait")
 		if code != cli.ExitDone || !strings.Contains(stdout, "nothing to migrate: CRD widgets.widgetry.io already stores only v1") {
 			t.Errorf("exit %d stdout %q", code, stdout)
+		}
+		if !strings.Contains(stderr, "not checking that every kube-apiserver writes CRD widgets.widgetry.io in its storage version (--skip-storage-version-wait)") {
+			t.Errorf("stderr %q does not say the wait was skipped", stderr)
 		}
 	})
 
 	t.Run("text, reverse", func(t *testing.T) {
 		widgetenv.SetStorageVersion(t, env, "v1alpha1", "probe")
-		code, stdout, stderr := run(t, env, "migrate", "--crd", "widgets.widgetry.io", "--to", "v1alpha1", "--backend", "client", "--progress-namespace", "widget-system")
+		code, stdout, stderr := run(t, env, "migrate", "--crd", "widgets.widgetry.io", "--to", "v1alpha1", "--backend", "client", "--progress-namespace", "widget-system", instances)
 		want := fmt.Sprintf("migrated CRD widgets.widgetry.io to v1alpha1 with the client backend: %d objects (%d rewritten, 0 already in v1alpha1), 0 conflicts, 0 not found, 0 errors in", n, n)
 		if code != cli.ExitDone || !strings.Contains(stdout, want) || !strings.Contains(stdout, "storedVersions [v1alpha1]") {
 			t.Errorf("exit %d stdout %q, want %q", code, stdout, want)
+		}
+		if w := "every kube-apiserver writes CRD widgets.widgetry.io as v1alpha1 (storageVersionHash "; !strings.Contains(stdout, w) || !strings.Contains(stdout, "(from --apiserver-instances)") {
+			t.Errorf("stdout %q does not say what was waited for", stdout)
 		}
 		if !strings.Contains(stderr, "level=INFO msg=\"migration progress\"") {
 			t.Errorf("stderr has no structured progress lines")

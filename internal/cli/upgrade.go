@@ -38,7 +38,6 @@ with preflight checks; rollback is one stage back. The stage is read from the li
 type upgradeFlags struct {
 	crd, old, new string
 	to            string
-	allowJump     bool
 	webhookURL    string
 }
 
@@ -50,7 +49,6 @@ func (f *upgradeFlags) bind(cmd *cobra.Command, withTarget bool) {
 	fl.StringVar(&f.webhookURL, "webhook-url", "", "reach the conversion webhook here instead of its Service (e.g. through kubectl port-forward); its certificate is still verified against the CRD's caBundle")
 	if withTarget {
 		fl.StringVar(&f.to, "to", "", "target stage: initial, add-version, flip-storage, migrate or unserve (required)")
-		fl.BoolVar(&f.allowJump, "allow-jump", false, "allow moving more than one stage, still step by step with every check")
 	}
 }
 
@@ -121,7 +119,7 @@ func planFor(cmd *cobra.Command, g *GlobalOptions, f *upgradeFlags) (*engine, *u
 		return nil, nil, nil, err
 	}
 	r := &planReport{CRD: o.CRD, From: o.StageLabel(), To: target}
-	r.Steps, err = upgrade.Plan(o, e.cfg, target, f.allowJump)
+	r.Steps, err = upgrade.Plan(o, e.cfg, target)
 	if err != nil {
 		r.Refused = err.Error()
 	}

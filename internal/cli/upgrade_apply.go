@@ -15,6 +15,7 @@ import (
 // change of each step (and the migration at migrate).
 func newUpgradeApplyCommand(g *GlobalOptions) *cobra.Command {
 	var progressNamespace string
+	var wait storageWaitFlags
 	cmd := newStageCommand(g, "apply --to STAGE",
 		"Check and make the CRD changes to STAGE (installations without Helm)",
 		`apply runs the preflight of every step and makes each step's CRD change with an optimistic
@@ -26,6 +27,9 @@ helm upgrade to run instead.`,
 				return &upgrade.Refusal{Message: fmt.Sprintf("CRD %s is managed by Helm (release %q): changing it here would fight Helm over spec.versions", o.CRD, release),
 					Next: fmt.Sprintf("helm upgrade %s <chart> --reuse-values --set apiUpgrade.stage=%s", orDefault(release, "widget-operator"), r.To)}
 			}
+			if err := wait.validate(); err != nil {
+				return err
+			}
 			var err error
 			if r.Checks, err = upgrade.Preflight(cmd.Context(), e.clients, e.cfg, o, r.Steps); err != nil {
 				return err
@@ -35,7 +39,7 @@ helm upgrade to run instead.`,
 					return err
 				}
 				if s.To == crd.StageMigrate && s.Then != "" {
-					if err := runStageMigration(cmd.Context(), g, e.cfg.CRD, progressNamespace); err != nil {
+					if err := runStageMigration(cmd.Context(), g, e.cfg.CRD, progressNamespace, &wait); err != nil {
 						return err
 					}
 				}
@@ -44,14 +48,18 @@ helm upgrade to run instead.`,
 			return nil
 		})
 	cmd.Flags().StringVar(&progressNamespace, "progress-namespace", "", "namespace of the migration's progress ConfigMap (default: the context's namespace)")
+	wait.bind(cmd.Flags())
 	return cmd
 }
 
 // runStageMigration migrates the stored objects at the migrate stage with the defaults of
-// widgetctl migrate.
-func runStageMigration(ctx context.Context, g *GlobalOptions, crdName, progressNamespace string) error {
+// widgetctl migrate, after every kube-apiserver writes the new storage version.
+func runStageMigration(ctx context.Context, g *GlobalOptions, crdName, progressNamespace string, wait *storageWaitFlags) error {
 	rc, err := g.RESTConfig()
 	if err != nil {
+		return err
+	}
+	if _, err := waitForStorageVersion(ctx, g, rc, crdName, "", wait, newEventLogger(g)); err != nil {
 		return err
 	}
 	m, err := migrate.New(rc)

@@ -6,12 +6,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,6 +24,7 @@ import (
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/cli"
+	"github.com/widgetry/widget-operator/internal/controller"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
@@ -93,6 +99,16 @@ func TestUpgradeCommands(t *testing.T) {
 			return nil
 		})
 	}
+	// Uninstalling now would leave v1alpha1 reads without their conversion webhook: refused
+	// before any change (no pause marker, every finalizer kept).
+	_, errOut = expect(cli.ExitRefused, "cleanup-finalizers", "--operator-namespace", "widget-system", "--operator-deployment", "widget-operator")
+	if !strings.Contains(errOut, "uninstall refused before any change") || !strings.Contains(errOut, "allowUnsafeUninstall=true") {
+		t.Errorf("cleanup-finalizers at flip-storage: %s", errOut)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "widget-system", Name: controller.PausedConfigMap}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the refused uninstall left a pause marker: %v", err)
+	}
+	keptFinalizers(t, env, 50)
 	// Writes through v1 after the flip, so v1 is stored too.
 	testenv.Eventually(t, 30*time.Second, "write through v1", func() error {
 		w := &v1.Widget{}
@@ -103,7 +119,15 @@ func TestUpgradeCommands(t *testing.T) {
 		return env.Client.Update(ctx, w)
 	})
 	widgetenv.WaitForStorageVersion(t, env, "v1", "fleet")
-	expect(cli.ExitDone, "upgrade", "apply", "--to", "migrate", "--progress-namespace", "widget-system")
+	// envtest's apiserver advertises an address it does not listen on: name it.
+	u, err := url.Parse(env.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ = expect(cli.ExitDone, "upgrade", "apply", "--to", "migrate", "--progress-namespace", "widget-system", "--apiserver-instances="+u.Host)
+	if !strings.Contains(out, "every kube-apiserver writes CRD widgets.widgetry.io as v1") {
+		t.Errorf("apply --to migrate did not wait for the storage version: %s", out)
+	}
 	if s := stage(); s["stage"] != "migrate" || fmt.Sprint(s["storedVersions"]) != "[v1]" {
 		t.Fatalf("after apply --to migrate: stage %v storedVersions %v", s["stage"], s["storedVersions"])
 	}
@@ -135,6 +159,26 @@ func TestUpgradeCommands(t *testing.T) {
 		t.Errorf("apply on a Helm-managed CRD: %s", errOut)
 	}
 
+	// A cleanup that fails after pausing the controller resumes it.
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "widget-system", Name: "widget-operator"},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "m"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "m"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "m", Image: "m"}}}}}}
+	if err := env.Client.Create(ctx, dep); err != nil {
+		t.Fatal(err)
+	}
+	// A policy refuses every update of a Widget, so removing the finalizers fails.
+	denyWidgetUpdates(t, env)
+	out, errOut = expect(cli.ExitError, "cleanup-finalizers", "--operator-namespace", "widget-system", "--operator-deployment", "widget-operator")
+	if !strings.Contains(out, "paused the controller") || !strings.Contains(out, "resumed the controller after the failure") {
+		t.Errorf("a failed cleanup: %s%s", out, errOut)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "widget-system", Name: controller.PausedConfigMap}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the failed uninstall left the controller paused: %v", err)
+	}
+	keptFinalizers(t, env, 50)
+	allowWidgetUpdates(t, env)
+
 	out, _ = expect(cli.ExitDone, "cleanup-finalizers")
 	if !strings.Contains(out, "removed widgetry.io/catalog-cleanup from 50 object(s)") {
 		t.Errorf("cleanup-finalizers: %s", out)
@@ -148,4 +192,76 @@ func TestUpgradeCommands(t *testing.T) {
 			t.Fatalf("%s still has finalizers %v", w.Name, w.Finalizers)
 		}
 	}
+}
+
+// keptFinalizers checks that n Widgets in namespace fleet still have the catalog finalizer.
+func keptFinalizers(t *testing.T, env *testenv.Env, n int) {
+	t.Helper()
+	list := &v1.WidgetList{}
+	if err := env.Client.List(context.Background(), list, client.InNamespace("fleet")); err != nil {
+		t.Fatal(err)
+	}
+	kept := 0
+	for _, w := range list.Items {
+		if slices.Contains(w.Finalizers, controller.Finalizer) {
+			kept++
+		}
+	}
+	if kept != n {
+		t.Errorf("%d Widgets kept the finalizer, want %d", kept, n)
+	}
+}
+
+const denyPolicy = "test-deny-widget-updates"
+
+// denyWidgetUpdates installs a ValidatingAdmissionPolicy refusing every update of a Widget and
+// waits until the apiserver enforces it.
+func denyWidgetUpdates(t *testing.T, env *testenv.Env) {
+	t.Helper()
+	ctx := context.Background()
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: denyPolicy},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{"widgetry.io"}, APIVersions: []string{"*"}, Resources: []string{"widgets"}}}}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: "test: no Widget updates"}}}}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: denyPolicy},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: denyPolicy,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}}}
+	for _, o := range []client.Object{policy, binding} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, 30*time.Second, "Widget updates refused", func() error {
+		w := &v1.Widget{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "fleet", Name: "w-01"}, w); err != nil {
+			return err
+		}
+		if err := env.Client.Update(ctx, w, client.DryRunAll); err == nil || !strings.Contains(err.Error(), "no Widget updates") {
+			return fmt.Errorf("update not refused yet: %w", err)
+		}
+		return nil
+	})
+}
+
+// allowWidgetUpdates removes denyWidgetUpdates' policy and waits until updates pass again.
+func allowWidgetUpdates(t *testing.T, env *testenv.Env) {
+	t.Helper()
+	ctx := context.Background()
+	for _, o := range []client.Object{
+		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: denyPolicy}},
+		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: denyPolicy}},
+	} {
+		if err := env.Client.Delete(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, 30*time.Second, "Widget updates admitted", func() error {
+		w := &v1.Widget{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "fleet", Name: "w-01"}, w); err != nil {
+			return err
+		}
+		return env.Client.Update(ctx, w, client.DryRunAll)
+	})
 }

@@ -21,5 +21,16 @@
 //     removes the finalizer from every Widget (internal/finalizers) and deletes the catalog
 //     (DeleteCatalog).
 //
-// Conditions (Ready, Progressing) and their reasons are part of the API, in api/v1.
+// Children are never taken over (ownership.go): a Deployment or Service of the Widget's name
+// that this Widget does not control — someone else's, or its own orphaned by an orphan
+// deletion — is left untouched, and the Widget reports Ready=False, reason NameConflict, with
+// a Warning event, until that object is gone. A child that does not exist is created (a
+// Create fails if one appeared meanwhile); one it controls is applied with the resourceVersion
+// it was read at, so a write based on a stale read conflicts and is retried instead of putting
+// back an owner reference the garbage collector has just removed.
+//
+// While the pause marker exists the controller writes nothing but the Paused condition on
+// each Widget it sees, and widget_controller_paused is 1 (the WidgetControllerPaused alert).
+//
+// Conditions (Ready, Progressing, Paused) and their reasons are part of the API, in api/v1.
 package controller

@@ -13,6 +13,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -36,6 +38,10 @@ import (
 
 // Name is the controller's name, the `controller` label of controller-runtime's metrics.
 const Name = "widget"
+
+// nameConflictRetry is how often a Widget in a name conflict looks again whether the name
+// has been freed.
+const nameConflictRetry = 10 * time.Second
 
 // WidgetReconciler reconciles Widgets of the CRD's current storage version.
 type WidgetReconciler struct {
@@ -53,7 +59,8 @@ type WidgetReconciler struct {
 }
 
 // SetupWithManager reads the CRD's storage version, then watches Widgets of that version,
-// their Deployments and Services, their catalog entries, and the CRD itself.
+// their Deployments and Services, their catalog entries, and the CRD itself; and registers
+// the gauge PausedMetricName.
 //
 // When the storage version flips, the controller switches its Widget watch inside the
 // process (a new informer for the new version, the old one removed) instead of exiting for
@@ -90,7 +97,15 @@ func (r *WidgetReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 			},
 		}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == crd.WidgetName }))).
 		Build(r)
-	return err
+	if err != nil {
+		return err
+	}
+	// Beside controller-runtime's metrics, served with them by the webhook manager. Every
+	// replica runs this setup and its manager's cache, so standbys report the pause too.
+	if err := crmetrics.Registry.Register(NewPausedCollector(r.paused, mgr.GetLogger().WithName("metrics"))); err != nil {
+		return fmt.Errorf("register %s: %w", PausedMetricName, err)
+	}
+	return nil
 }
 
 // widgetSource watches Widgets of one version; its events are dropped once another version
@@ -170,15 +185,13 @@ func (r *WidgetReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return ctrl.Result{}, err
 	}
 	if paused {
-		// Paused for uninstall: look again later in case the pause is lifted by hand (deleting
-		// the marker triggers no event for this Widget).
-		return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
+		return r.reportPaused(ctx, req)
 	}
 	sv := r.currentStorage()
 	obj := sv.newObject()
-	// Read past the cache: applying children from a stale copy that does not show a
-	// deletion yet would put back the owner references the garbage collector has just
-	// removed for an orphan deletion, and the collector would then delete those children.
+	// Read past the cache: a copy that does not show a deletion yet would have the children
+	// written for a Widget that is going away. The writes are safe from any stale read (see
+	// writeChild); this read only saves them the conflicts.
 	if err := r.APIReader.Get(ctx, req.NamespacedName, obj); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -201,53 +214,69 @@ func (r *WidgetReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		}
 	}
 
-	dep, applyErr := r.applyChildren(ctx, obj, w, sv)
+	dep, conflicts, applyErr := r.applyChildren(ctx, obj, w, sv)
+	if apierrors.IsConflict(applyErr) || apierrors.IsAlreadyExists(applyErr) {
+		// A child changed or appeared since it was read. Nothing failed: the reconcile starts
+		// over from fresh reads (with backoff), and the status stays as it is.
+		return ctrl.Result{}, applyErr
+	}
 	if applyErr != nil {
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, "ReconcileFailed", "Reconcile", "%v", applyErr)
 	}
 	status := computeStatus(w, sv.status(obj), dep, applyErr)
+	if applyErr == nil && len(conflicts) > 0 {
+		reportNameConflicts(&status, w, conflicts)
+	}
+	meta.RemoveStatusCondition(&status.Conditions, v1.ConditionPaused)
 	if err := r.writeStatus(ctx, obj, sv, status); err != nil {
 		return ctrl.Result{}, errors.Join(applyErr, err)
 	}
-	return ctrl.Result{}, applyErr
+	if len(conflicts) == 0 {
+		return ctrl.Result{}, applyErr
+	}
+	// After the status write, which conflicts when the Widget changed since it was read: a
+	// reconcile that read it just before an orphan deletion finds the orphaned children not
+	// controlled, and must not report them.
+	for _, c := range conflicts {
+		r.Recorder.Eventf(obj, c.obj, corev1.EventTypeWarning, v1.ReasonNameConflict, "Reconcile", "%s", c.Error())
+	}
+	// The cache cannot see a foreign object, so its deletion sends no event: look again.
+	return ctrl.Result{RequeueAfter: nameConflictRetry}, nil
 }
 
-// applyChildren server-side applies the catalog entry, the Deployment and the Service, and
-// returns the Deployment as the apiserver answered.
-func (r *WidgetReconciler) applyChildren(ctx context.Context, obj client.Object, w *v1.Widget, sv storageVersion) (*appsv1.Deployment, error) {
+// applyChildren server-side applies the catalog entry and writes the Deployment and the
+// Service (writeChild). It returns the Deployment as the apiserver answered (nil when the
+// Widget has none), and the name conflicts: children not written because an object the
+// Widget does not control has their name.
+func (r *WidgetReconciler) applyChildren(ctx context.Context, obj client.Object, w *v1.Widget, sv storageVersion) (*appsv1.Deployment, []*nameConflictError, error) {
 	ownerAPIVersion := v1.GroupVersion.Group + "/" + sv.name()
-	opts := []client.ApplyOption{client.FieldOwner(FieldManager), client.ForceOwnership}
-
-	if err := r.Client.Apply(ctx, desiredCatalogEntry(w, r.CatalogNamespace), opts...); err != nil {
-		return nil, fmt.Errorf("apply catalog entry %s/%s: %w", r.CatalogNamespace, CatalogEntryName(w.Namespace, w.Name), err)
+	if err := r.Client.Apply(ctx, desiredCatalogEntry(w, r.CatalogNamespace), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return nil, nil, fmt.Errorf("apply catalog entry %s/%s: %w", r.CatalogNamespace, CatalogEntryName(w.Namespace, w.Name), err)
 	}
 
-	existing := &appsv1.Deployment{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: w.Namespace, Name: w.Name}, existing)
-	created := apierrors.IsNotFound(err)
-	if err := r.Client.Apply(ctx, desiredDeployment(w, ownerAPIVersion), opts...); err != nil {
-		return nil, fmt.Errorf("apply Deployment %s/%s: %w", w.Namespace, w.Name, err)
-	}
-	if created {
+	var conflicts []*nameConflictError
+	var conflict *nameConflictError
+	dep := &appsv1.Deployment{}
+	created, err := writeChild(ctx, r, w, desiredDeployment(w, ownerAPIVersion), dep)
+	switch {
+	case errors.As(err, &conflict):
+		conflicts, dep = append(conflicts, conflict), nil
+	case err != nil:
+		return nil, nil, err
+	case created:
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, "DeploymentCreated", "Create", "created Deployment %s", w.Name)
 	}
 
 	if svc := desiredService(w, ownerAPIVersion); svc != nil {
-		if err := r.Client.Apply(ctx, svc, opts...); err != nil {
-			return nil, fmt.Errorf("apply Service %s/%s: %w", w.Namespace, w.Name, err)
+		if _, err := writeChild(ctx, r, w, svc, &corev1.Service{}); errors.As(err, &conflict) {
+			conflicts = append(conflicts, conflict)
+		} else if err != nil {
+			return nil, nil, err
 		}
 	} else if err := r.deleteOwnedService(ctx, obj, w); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-
-	dep := &appsv1.Deployment{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: w.Namespace, Name: w.Name}, dep); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil // the cache has not seen it yet; its event will requeue
-		}
-		return nil, err
-	}
-	return dep, nil
+	return dep, conflicts, nil
 }
 
 // deleteOwnedService removes the Service of a Widget that no longer has endpoints.
@@ -259,7 +288,8 @@ func (r *WidgetReconciler) deleteOwnedService(ctx context.Context, obj client.Ob
 	if ref := metav1.GetControllerOf(svc); ref == nil || ref.UID != w.UID {
 		return nil
 	}
-	if err := r.Client.Delete(ctx, svc, client.Preconditions{UID: &svc.UID}); client.IgnoreNotFound(err) != nil {
+	// On condition that it is still the Service read, controlled: not one orphaned since.
+	if err := r.Client.Delete(ctx, svc, client.Preconditions{UID: &svc.UID, ResourceVersion: &svc.ResourceVersion}); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("delete Service %s/%s of a Widget without endpoints: %w", w.Namespace, w.Name, err)
 	}
 	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, "ServiceDeleted", "Delete", "deleted Service %s: the Widget has no endpoints", w.Name)

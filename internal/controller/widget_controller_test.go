@@ -6,11 +6,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -152,6 +156,33 @@ func TestWidgetLifecycle(t *testing.T) {
 		})
 	})
 
+	t.Run("an endpoint removed from the spec leaves the children", func(t *testing.T) {
+		// The Service was just recreated, the Deployment created earlier: both by the
+		// controller's create, whose fields must still go when it stops applying them.
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			hub := &v1.Widget{}
+			if err := c.Get(ctx, key("apps", "shop"), hub); err != nil {
+				return err
+			}
+			delete(hub.Spec.Endpoints, "admin")
+			return c.Update(ctx, hub)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, timeout, "Service and Deployment without the admin port", func() error {
+			if err := errors.Join(c.Get(ctx, key("apps", "shop"), dep), c.Get(ctx, key("apps", "shop"), svc)); err != nil {
+				return err
+			}
+			if ports := dep.Spec.Template.Spec.Containers[0].Ports; len(ports) != 1 || ports[0].Name != "http" {
+				return fmt.Errorf("container ports %v", ports)
+			}
+			if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "http" {
+				return fmt.Errorf("service ports %v", svc.Spec.Ports)
+			}
+			return nil
+		})
+	})
+
 	t.Run("background deletion removes the children after the Widget", func(t *testing.T) {
 		w := alphaWidget("apps", "bg")
 		if err := c.Create(ctx, w); err != nil {
@@ -230,16 +261,14 @@ func TestWidgetLifecycle(t *testing.T) {
 			if err := allGone(c, key("apps", "orphan"), &v1alpha1.Widget{}, catalogKey("apps", "orphan")); err != nil {
 				return err
 			}
-			for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}} {
-				if err := c.Get(ctx, key("apps", "orphan"), obj); err != nil {
-					return fmt.Errorf("orphaned %T: %w", obj, err)
-				}
-				if len(obj.GetOwnerReferences()) != 0 {
-					return fmt.Errorf("%T still has owner references %v", obj, obj.GetOwnerReferences())
-				}
-			}
-			return nil
+			return orphaned(c, "apps", "orphan")
 		})
+		// A reconcile that read the Widget before the deletion must not have put an owner
+		// reference back, for the garbage collector to delete the children after all.
+		time.Sleep(3 * time.Second)
+		if err := orphaned(c, "apps", "orphan"); err != nil {
+			t.Fatal(err)
+		}
 	})
 
 	t.Run("paused for uninstall, the controller leaves Widgets alone", func(t *testing.T) {
@@ -266,6 +295,12 @@ func TestWidgetLifecycle(t *testing.T) {
 		if controllerutil.ContainsFinalizer(got, controller.Finalizer) || c.Get(ctx, key("apps", "paused"), &appsv1.Deployment{}) == nil {
 			t.Fatalf("a paused controller reconciled: finalizers %v", got.Finalizers)
 		}
+		// Status alone shows the pause.
+		cond := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionPaused)
+		if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != v1.ReasonControllerPaused ||
+			!strings.Contains(cond.Message, widgetenv.Namespace+"/"+controller.PausedConfigMap) || !strings.Contains(cond.Message, "delete it to resume") {
+			t.Fatalf("condition Paused %+v, want True %s naming %s/%s", cond, v1.ReasonControllerPaused, widgetenv.Namespace, controller.PausedConfigMap)
+		}
 		// The marker goes with the manager's Deployment (garbage collector); reconciling resumes.
 		if err := c.Delete(ctx, owner); err != nil {
 			t.Fatal(err)
@@ -283,6 +318,15 @@ func TestWidgetLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitChildren(t, c, "apps", "paused")
+		testenv.Eventually(t, timeout, "condition Paused removed", func() error {
+			if err := c.Get(ctx, key("apps", "paused"), got); err != nil {
+				return err
+			}
+			if cond := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionPaused); cond != nil {
+				return fmt.Errorf("condition Paused %+v", cond)
+			}
+			return nil
+		})
 	})
 
 	t.Run("with the operator down the Widget stays Terminating, and coming back finishes it", func(t *testing.T) {
@@ -314,6 +358,19 @@ func TestWidgetLifecycle(t *testing.T) {
 			return allGone(c, key("apps", "stuck"), &v1alpha1.Widget{}, catalogKey("apps", "stuck"))
 		})
 	})
+}
+
+// orphaned checks that the Deployment and the Service exist without owner references.
+func orphaned(c client.Client, ns, name string) error {
+	for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}} {
+		if err := c.Get(context.Background(), key(ns, name), obj); err != nil {
+			return fmt.Errorf("orphaned %T: %w", obj, err)
+		}
+		if len(obj.GetOwnerReferences()) != 0 {
+			return fmt.Errorf("%T still has owner references %v", obj, obj.GetOwnerReferences())
+		}
+	}
+	return nil
 }
 
 type catalogObj struct{ client.ObjectKey }
@@ -411,4 +468,242 @@ func TestControllerFollowsStages(t *testing.T) {
 	op.SetStage(t, crd.StageUnserve)
 	setSize(t, &v1.Widget{}, 6)
 	expectChildren(t, 6, "widgetry.io/v1", timeout)
+}
+
+// TestNameConflict: a Widget named after a Deployment or Service it does not control never
+// writes that object (not even an owner reference), reports it in its status and in an
+// event, and leaves it in place when deleted, garbage collector running. The Widget's other
+// child is written as usual. Once the name is free, the Widget gets its own child.
+func TestNameConflict(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
+	op := widgetenv.Setup(t, env, crd.StageFlipStorage)
+	env.StartControllerManager(t)
+	op.StartManager(t, widgetenv.ManagerOptions{})
+	c := env.Client
+	ctx := context.Background()
+	createNamespace(t, c, "names")
+	owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "names", Name: "victim-owner"}}
+	if err := c.Create(ctx, owner); err != nil {
+		t.Fatal(err)
+	}
+	victim := map[string]string{"app": "victim"}
+
+	tests := []struct {
+		name string
+		// foreign is created before the Widget of its name.
+		foreign client.Object
+		// kind and controller are how the conflict names it and its controller.
+		kind, controller string
+		// ours is the Widget's other child, written as usual.
+		ours client.Object
+	}{{
+		name: "svc-taken",
+		// What a takeover would repoint. Unlabelled: invisible to the manager's cache, found
+		// by its uncached read.
+		foreign: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "names", Name: "svc-taken", Labels: victim},
+			Spec: corev1.ServiceSpec{Selector: victim, Ports: []corev1.ServicePort{{Name: "web", Port: 80}}}},
+		kind: "Service", controller: "no controller",
+		ours: &appsv1.Deployment{},
+	}, {
+		name: "dep-taken",
+		// Labelled as the operator's: in the manager's cache, yet controlled by another owner.
+		foreign: &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "names", Name: "dep-taken",
+			Labels:          map[string]string{controller.ManagedByLabel: controller.ManagedByValue},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}}},
+			Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](0), Selector: &metav1.LabelSelector{MatchLabels: victim},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: victim},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "victim", Image: "victim:1"}}}}}},
+		kind: "Deployment", controller: "controller v1 ConfigMap victim-owner",
+		ours: &corev1.Service{},
+	}}
+	for _, tt := range tests {
+		t.Run("foreign "+tt.kind, func(t *testing.T) {
+			if err := c.Create(ctx, tt.foreign); err != nil {
+				t.Fatal(err)
+			}
+			before := settled(t, c, tt.foreign)
+			w := alphaWidget("names", tt.name)
+			if err := c.Create(ctx, w); err != nil {
+				t.Fatal(err)
+			}
+			want := fmt.Sprintf("%s names/%s exists and is not controlled by this Widget (%s)", tt.kind, tt.name, tt.controller)
+			testenv.Eventually(t, timeout, "condition Ready NameConflict", func() error {
+				return readyReason(c, "names", tt.name, v1.ReasonNameConflict, want)
+			})
+			testenv.Eventually(t, timeout, "Warning event NameConflict", func() error {
+				return nameConflictEvent(c, "names", tt.name, want)
+			})
+
+			// Three spec changes, each reconciled (the other child follows them, status
+			// observes them), none of them writing the foreign object.
+			for port := int32(8081); port <= 8083; port++ {
+				setHTTPPort(t, c, "names", tt.name, port)
+				testenv.Eventually(t, timeout, fmt.Sprintf("the Widget's own %T serves port %d", tt.ours, port), func() error {
+					if err := c.Get(ctx, key("names", tt.name), tt.ours); err != nil {
+						return err
+					}
+					if err := ownedBy(tt.ours, w, "widgetry.io/v1"); err != nil {
+						return err
+					}
+					if got := httpPort(tt.ours); got != port {
+						return fmt.Errorf("port %d", got)
+					}
+					return readyReason(c, "names", tt.name, v1.ReasonNameConflict, want)
+				})
+			}
+			expectUnchanged(t, c, before)
+
+			if err := c.Delete(ctx, w); err != nil {
+				t.Fatal(err)
+			}
+			// Its own child gone, the garbage collector has dealt with the Widget's deletion.
+			testenv.Eventually(t, timeout, "Widget and its own child gone", func() error {
+				return allGone(c, key("names", tt.name), &v1alpha1.Widget{}, tt.ours)
+			})
+			expectUnchanged(t, c, before)
+		})
+	}
+
+	t.Run("once the name is free the Widget gets its own child", func(t *testing.T) {
+		foreign := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "names", Name: "freed"},
+			Spec: corev1.ServiceSpec{Selector: victim, Ports: []corev1.ServicePort{{Name: "web", Port: 80}}}}
+		if err := c.Create(ctx, foreign); err != nil {
+			t.Fatal(err)
+		}
+		w := alphaWidget("names", "freed")
+		if err := c.Create(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, timeout, "condition Ready NameConflict", func() error {
+			return readyReason(c, "names", "freed", v1.ReasonNameConflict, "Service names/freed exists")
+		})
+		// Once its own Deployment is quiet, no event of its reconciles the Widget again.
+		settled(t, c, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "names", Name: "freed"}})
+		if err := c.Delete(ctx, foreign); err != nil {
+			t.Fatal(err)
+		}
+		// The deletion of an object outside the cache sends no event: the Widget looks again
+		// by itself.
+		testenv.Eventually(t, timeout, "the Widget's own Service, the conflict cleared", func() error {
+			svc := &corev1.Service{}
+			if err := c.Get(ctx, key("names", "freed"), svc); err != nil {
+				return err
+			}
+			if err := ownedBy(svc, w, "widgetry.io/v1"); err != nil {
+				return err
+			}
+			if len(svc.Spec.Ports) != 2 {
+				return fmt.Errorf("ports %v", svc.Spec.Ports)
+			}
+			got := &v1.Widget{}
+			if err := c.Get(ctx, key("names", "freed"), got); err != nil {
+				return err
+			}
+			for _, cond := range got.Status.Conditions {
+				if cond.Reason == v1.ReasonNameConflict {
+					return fmt.Errorf("%s still %s: %s", cond.Type, cond.Reason, cond.Message)
+				}
+			}
+			return nil
+		})
+	})
+}
+
+// settled returns obj once it has stopped changing (a Deployment's status is written by the
+// deployment controller after its creation), so that any later change is someone else's.
+func settled(t *testing.T, c client.Client, obj client.Object) client.Object {
+	t.Helper()
+	var last client.Object
+	testenv.Eventually(t, timeout, fmt.Sprintf("%T %s settled", obj, obj.GetName()), func() error {
+		cur := obj.DeepCopyObject().(client.Object)
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(obj), cur); err != nil {
+			return err
+		}
+		prev := last
+		last = cur
+		if prev == nil || prev.GetResourceVersion() != cur.GetResourceVersion() {
+			time.Sleep(2 * time.Second)
+			return fmt.Errorf("resourceVersion %s", cur.GetResourceVersion())
+		}
+		return nil
+	})
+	return last
+}
+
+// expectUnchanged fails the test unless the object is exactly before: same resourceVersion,
+// metadata (labels, owner references, managed fields) and spec.
+func expectUnchanged(t *testing.T, c client.Client, before client.Object) {
+	t.Helper()
+	after := before.DeepCopyObject().(client.Object)
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(before), after); err != nil {
+		t.Fatalf("the foreign %T %s: %v", before, before.GetName(), err)
+	}
+	if after.GetResourceVersion() != before.GetResourceVersion() || !equality.Semantic.DeepEqual(after, before) {
+		t.Errorf("the foreign %T %s was written: %s", before, before.GetName(), cmp.Diff(before, after))
+	}
+}
+
+// readyReason checks the Widget's Ready condition: False, reason, message containing message.
+func readyReason(c client.Client, ns, name, reason, message string) error {
+	got := &v1.Widget{}
+	if err := c.Get(context.Background(), key(ns, name), got); err != nil {
+		return err
+	}
+	cond := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != reason || !strings.Contains(cond.Message, message) {
+		return fmt.Errorf("Ready %+v, want False %s %q", cond, reason, message)
+	}
+	if got.Status.ObservedGeneration != got.Generation {
+		return fmt.Errorf("observedGeneration %d, generation %d", got.Status.ObservedGeneration, got.Generation)
+	}
+	return nil
+}
+
+// nameConflictEvent finds the Warning event NameConflict on the Widget whose note contains note.
+func nameConflictEvent(c client.Client, ns, name, note string) error {
+	list := &eventsv1.EventList{}
+	if err := c.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "Widget" && e.Regarding.Name == name && e.Type == corev1.EventTypeWarning &&
+			e.Reason == v1.ReasonNameConflict && strings.Contains(e.Note, note) && e.Related != nil && e.Related.Name == name {
+			return nil
+		}
+	}
+	return fmt.Errorf("no Warning %s event on Widget %s noting %q among %d events", v1.ReasonNameConflict, name, note, len(list.Items))
+}
+
+// setHTTPPort sets the port of the Widget's endpoint http.
+func setHTTPPort(t *testing.T, c client.Client, ns, name string, port int32) {
+	t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		hub := &v1.Widget{}
+		if err := c.Get(context.Background(), key(ns, name), hub); err != nil {
+			return err
+		}
+		hub.Spec.Endpoints["http"] = v1.EndpointSpec{Port: port}
+		return c.Update(context.Background(), hub)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// httpPort is the port named http of a Widget's Deployment or Service.
+func httpPort(obj client.Object) int32 {
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		for _, p := range o.Spec.Template.Spec.Containers[0].Ports {
+			if p.Name == "http" {
+				return p.ContainerPort
+			}
+		}
+	case *corev1.Service:
+		for _, p := range o.Spec.Ports {
+			if p.Name == "http" {
+				return p.Port
+			}
+		}
+	}
+	return 0
 }

@@ -20,13 +20,10 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/widgetry/widget-operator/api/v1alpha1"
 	widgetchart "github.com/widgetry/widget-operator/internal/chart"
-	"github.com/widgetry/widget-operator/internal/controller"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/testenv"
@@ -52,7 +49,9 @@ func TestEndToEndWalk(t *testing.T) {
 	c.StartCertManager(t)
 	ensureNamespace(t, c, releaseNamespace)
 	for _, helm := range []string{"helm3", "helm4"} {
-		if !t.Run(helm, func(t *testing.T) { walk(t, c, filepath.Join(c.Bin, helm), "walk-"+helm) }) {
+		// Helm 3 walks back with helm rollback; Helm 4 uninstalls at unserve, installs again and
+		// walks back with helm upgrade.
+		if !t.Run(helm, func(t *testing.T) { walk(t, c, filepath.Join(c.Bin, helm), "walk-"+helm, helm == "helm4") }) {
 			return
 		}
 	}
@@ -80,7 +79,7 @@ type e2e struct {
 	fleet *widgetenv.Fleet
 }
 
-func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string) {
+func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUninstall bool) {
 	// v1alpha1 answers with deprecation warnings from add-version on; they are expected here.
 	cfg := rest.CopyConfig(c.Config)
 	cfg.WarningHandlerWithContext = rest.NoWarnings{}
@@ -134,77 +133,61 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string) {
 		round++
 		w.write(stage, round)
 		w.verify(stage)
+		if len(widgetenv.Served(stage)) > 1 {
+			w.refusedUninstall(stage)
+		}
 	}
 
-	// helm rollback one stage at a time. Revisions: 1 initial, 2 the refused skip,
-	// 3 add-version, 4 flip-storage, 5 migrate, 6 unserve.
-	for _, back := range []struct {
-		rev   int
-		stage crd.Stage
-	}{{5, crd.StageMigrate}, {4, crd.StageFlipStorage}, {3, crd.StageAddVersion}, {1, crd.StageInitial}} {
-		if back.stage == crd.StageInitial {
-			// v1 is stored: the pre-rollback preflight refuses until the reverse migration.
-			out, err := w.runHelm("rollback", "widget-operator", "1", "--wait", "--timeout", "3m")
+	// back is one step back to stage by helm args (rollback or upgrade), then the checks; the
+	// step to initial is first refused until the reverse migration the refusal names has run.
+	back := func(stage crd.Stage, args ...string) {
+		if stage == crd.StageInitial {
+			// v1 is stored: the preflight refuses until the reverse migration.
+			out, err := w.runHelm(append(args, "--wait", "--timeout", "3m")...)
 			if err == nil {
-				t.Fatalf("helm rollback to initial with v1 stored succeeded:\n%s", out)
+				t.Fatalf("helm %s to initial with v1 stored succeeded:\n%s", args[0], out)
 			}
 			if !strings.Contains(out, "--to v1alpha1") {
-				t.Errorf("the refused rollback does not name the reverse migration:\n%s", out)
+				t.Errorf("the refused step back does not name the reverse migration:\n%s", out)
 			}
 			w.c.Run(t, filepath.Join(c.Bin, "widgetctl"), "migrate", "--crd", crd.WidgetName, "--to", "v1alpha1", "--progress-namespace", releaseNamespace)
 		}
 		start := time.Now()
-		w.mustHelm("rollback", "widget-operator", strconv.Itoa(back.rev), "--wait", "--timeout", "5m")
-		t.Logf("helm rollback to %s: %s", back.stage, time.Since(start).Round(time.Second))
-		w.checkStage(back.stage)
-		w.verify(back.stage)
+		w.mustHelm(append(args, "--wait", "--timeout", "5m")...)
+		t.Logf("helm %s to %s: %s", args[0], stage, time.Since(start).Round(time.Second))
+		w.checkStage(stage)
+		w.verify(stage)
 		round++
-		w.write(back.stage, round)
-		w.verify(back.stage)
+		w.write(stage, round)
+		w.verify(stage)
+	}
+	if viaUninstall {
+		// Uninstall at unserve keeps every Widget; a new install at unserve takes them over.
+		w.uninstallKeepsWidgets(crd.StageUnserve)
+		w.mustHelm("install", "widget-operator", chart, "--set", "image.tag=dev,apiUpgrade.stage=unserve", "--wait", "--timeout", "5m")
+		w.checkStage(crd.StageUnserve)
+		w.verify(crd.StageUnserve)
+		for _, stage := range []crd.Stage{crd.StageMigrate, crd.StageFlipStorage, crd.StageAddVersion, crd.StageInitial} {
+			back(stage, "upgrade", "widget-operator", chart, "--reuse-values", "--set", "apiUpgrade.stage="+string(stage))
+		}
+	}
+
+	// Otherwise helm rollback one stage at a time. Revisions: 1 initial, 2 the refused skip,
+	// 3 add-version, 4 flip-storage, 5 migrate, 6 unserve.
+	for _, step := range []struct {
+		rev   int
+		stage crd.Stage
+	}{{5, crd.StageMigrate}, {4, crd.StageFlipStorage}, {3, crd.StageAddVersion}, {1, crd.StageInitial}} {
+		if viaUninstall {
+			break
+		}
+		back(step.stage, "rollback", "widget-operator", strconv.Itoa(step.rev))
 	}
 
 	out = w.mustHelm("test", "widget-operator", "--timeout", "3m")
 	t.Logf("helm test:\n%s", out)
 
-	w.mustHelm("uninstall", "widget-operator", "--wait", "--timeout", "3m")
-	if w.crd() == nil {
-		t.Fatal("uninstall deleted the CRD")
-	}
-	list := &v1alpha1.WidgetList{}
-	if err := w.cl.List(t.Context(), list, client.InNamespace(w.ns)); err != nil {
-		t.Fatal(err)
-	}
-	if len(list.Items) != w.fleet.Len() {
-		t.Errorf("%d Widgets after uninstall, want %d", len(list.Items), w.fleet.Len())
-	}
-	var kept []string
-	for _, o := range list.Items {
-		if slices.Contains(o.Finalizers, controller.Finalizer) {
-			kept = append(kept, o.Name)
-		}
-	}
-	w.verify(crd.StageInitial)
-	if len(kept) > 0 {
-		t.Fatalf("%d of %d Widgets kept %s after helm uninstall (the pre-delete hook pauses the controller, then removes it): %v",
-			len(kept), len(list.Items), controller.Finalizer, kept)
-	}
-	// The catalog went with the release.
-	if out := w.c.Kubectl(t, "-n", releaseNamespace, "get", "configmaps", "-l", controller.CatalogLabel+"=true", "-o", "name"); strings.TrimSpace(out) != "" {
-		t.Errorf("catalog entries left after uninstall:\n%s", out)
-	}
-	// With no controller left, deleting a Widget completes.
-	victim := &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: w.fleet.Name(0)}}
-	if err := w.cl.Delete(t.Context(), victim); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, "Widget w-000 deleted after uninstall", func() error {
-		err := w.cl.Get(t.Context(), client.ObjectKeyFromObject(victim), victim)
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("still there (finalizers %v): %w", victim.Finalizers, err)
-	})
-	w.fleet.Forget("w-000")
+	w.uninstallKeepsWidgets(crd.StageInitial)
 }
 
 func (w *e2e) runHelm(args ...string) (string, error) {

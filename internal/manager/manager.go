@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,11 +39,13 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/internal/controller"
 	"github.com/widgetry/widget-operator/internal/crd"
 	widgetmetrics "github.com/widgetry/widget-operator/internal/metrics"
 	"github.com/widgetry/widget-operator/internal/migrate"
 	"github.com/widgetry/widget-operator/internal/scheme"
+	"github.com/widgetry/widget-operator/internal/upgrade"
 	"github.com/widgetry/widget-operator/internal/version"
 	"github.com/widgetry/widget-operator/internal/webhook"
 )
@@ -245,8 +248,10 @@ func setupMetrics(log logr.Logger, webhookMgr ctrl.Manager, opts Options, cert *
 }
 
 // setupChecks adds the health probes. Liveness is a ping; readiness needs a loaded serving
-// certificate and a started webhook server, and fails as soon as the replica drains, so that
-// its endpoint leaves the webhook Service before the server stops.
+// certificate, a started webhook server and this build's conversion passing its round trips
+// (so a build that loses data never takes traffic, even with the chart's hooks off), and fails
+// as soon as the replica drains, so that its endpoint leaves the webhook Service before the
+// server stops.
 func setupChecks(webhookMgr ctrl.Manager, webhookServer crwebhook.Server, cert *servingCertificate, draining *atomic.Bool) error {
 	if err := webhookMgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
@@ -254,6 +259,7 @@ func setupChecks(webhookMgr ctrl.Manager, webhookServer crwebhook.Server, cert *
 	for name, check := range map[string]healthz.Checker{
 		"certificate": cert.Check,
 		"webhook":     webhookServer.StartedChecker(),
+		"conversion":  conversionSelfTest,
 		"shutdown": func(*http.Request) error {
 			if draining.Load() {
 				return errors.New("shutting down: draining webhook traffic")
@@ -264,6 +270,20 @@ func setupChecks(webhookMgr ctrl.Manager, webhookServer crwebhook.Server, cert *
 		if err := webhookMgr.AddReadyzCheck(name, check); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// buildConversion is the result of this build's conversion round trips, run once: conversion is
+// deterministic, so one run tells for the life of the process.
+var buildConversion = sync.OnceValue(func() error {
+	cfg := upgrade.WidgetConfig()
+	return upgrade.ProbeBuildConversion(context.Background(), cfg, v1.GroupVersion.Group, "Widget")
+})
+
+func conversionSelfTest(*http.Request) error {
+	if err := buildConversion(); err != nil {
+		return fmt.Errorf("this build's conversion fails its round trips, it must not take traffic: %w", err)
 	}
 	return nil
 }

@@ -16,7 +16,13 @@ import (
 const (
 	CRDVersionInfoName    = "widget_crd_version_info"
 	CRDStoredVersionsName = "widget_crd_stored_versions"
+	CRDBreakGlassName     = "widget_crd_break_glass"
 )
+
+// BreakGlassAnnotation on a CRD lets a change past the stage guard (the chart's
+// ValidatingAdmissionPolicy); its value is the reason. It should be set only for the length of
+// a procedure, so the manager exports it and an alert fires while it is there.
+const BreakGlassAnnotation = "widgetry.io/break-glass"
 
 // crdReadTimeout bounds one CRD read during a scrape; Prometheus' default scrape timeout is 10s.
 const crdReadTimeout = 5 * time.Second
@@ -28,9 +34,13 @@ var (
 	crdStoredVersionsDesc = prometheus.NewDesc(CRDStoredVersionsName,
 		"One series per version in the CRD's status.storedVersions (versions objects may still be stored in), value 1.",
 		[]string{"crd", "version"}, nil)
+	crdBreakGlassDesc = prometheus.NewDesc(CRDBreakGlassName,
+		"1 while the CRD carries the "+BreakGlassAnnotation+" annotation (changes pass the stage guard), else 0.",
+		[]string{"crd"}, nil)
 )
 
-// CRDCollector exports widget_crd_version_info and widget_crd_stored_versions for a fixed set of
+// CRDCollector exports widget_crd_version_info, widget_crd_stored_versions and
+// widget_crd_break_glass for a fixed set of
 // CRDs, read through a client.Reader at scrape time. A CRD that does not exist yields no series;
 // a CRD that cannot be read is logged and yields no series, so one failing read never fails the
 // whole scrape (controller-runtime's handler answers 500 on any collector error).
@@ -51,6 +61,7 @@ func NewCRDCollector(reader client.Reader, log logr.Logger, names ...string) *CR
 func (c *CRDCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- crdVersionInfoDesc
 	ch <- crdStoredVersionsDesc
+	ch <- crdBreakGlassDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -77,5 +88,10 @@ func (c *CRDCollector) Collect(ch chan<- prometheus.Metric) {
 			seen[v] = true
 			ch <- prometheus.MustNewConstMetric(crdStoredVersionsDesc, prometheus.GaugeValue, 1, name, v)
 		}
+		breakGlass := 0.0
+		if crd.Annotations[BreakGlassAnnotation] != "" {
+			breakGlass = 1
+		}
+		ch <- prometheus.MustNewConstMetric(crdBreakGlassDesc, prometheus.GaugeValue, breakGlass, name)
 	}
 }

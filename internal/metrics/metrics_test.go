@@ -62,6 +62,11 @@ func version(name string, served, storage bool) apiextensionsv1.CustomResourceDe
 	return apiextensionsv1.CustomResourceDefinitionVersion{Name: name, Served: served, Storage: storage}
 }
 
+func withBreakGlass(c *apiextensionsv1.CustomResourceDefinition) *apiextensionsv1.CustomResourceDefinition {
+	c.Annotations = map[string]string{BreakGlassAnnotation: "INC-1: conversion webhook down"}
+	return c
+}
+
 func TestCRDCollector(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -75,18 +80,20 @@ func TestCRDCollector(t *testing.T) {
 		}},
 		names: []string{"widgets.widgetry.io"},
 		want: `
+widget_crd_break_glass{crd="widgets.widgetry.io"} 0
 widget_crd_stored_versions{crd="widgets.widgetry.io",version="v1"} 1
 widget_crd_stored_versions{crd="widgets.widgetry.io",version="v1alpha1"} 1
 widget_crd_version_info{crd="widgets.widgetry.io",served="true",storage="false",version="v1alpha1"} 1
 widget_crd_version_info{crd="widgets.widgetry.io",served="true",storage="true",version="v1"} 1
 `,
 	}, {
-		name: "unserve: v1alpha1 not served, only v1 stored",
+		name: "unserve: v1alpha1 not served, only v1 stored; changed under break-glass",
 		reader: crdReader{crds: map[string]*apiextensionsv1.CustomResourceDefinition{
-			"widgets.widgetry.io": widgetCRD([]string{"v1"}, version("v1alpha1", false, false), version("v1", true, true)),
+			"widgets.widgetry.io": withBreakGlass(widgetCRD([]string{"v1"}, version("v1alpha1", false, false), version("v1", true, true))),
 		}},
 		names: []string{"widgets.widgetry.io"},
 		want: `
+widget_crd_break_glass{crd="widgets.widgetry.io"} 1
 widget_crd_stored_versions{crd="widgets.widgetry.io",version="v1"} 1
 widget_crd_version_info{crd="widgets.widgetry.io",served="false",storage="false",version="v1alpha1"} 1
 widget_crd_version_info{crd="widgets.widgetry.io",served="true",storage="true",version="v1"} 1
@@ -104,6 +111,7 @@ widget_crd_version_info{crd="widgets.widgetry.io",served="true",storage="true",v
 		}},
 		names: []string{"gadgets.widgetry.io", "widgets.widgetry.io"},
 		want: `
+widget_crd_break_glass{crd="widgets.widgetry.io"} 0
 widget_crd_stored_versions{crd="widgets.widgetry.io",version="v1alpha1"} 1
 widget_crd_version_info{crd="widgets.widgetry.io",served="true",storage="true",version="v1alpha1"} 1
 `,
@@ -114,7 +122,7 @@ widget_crd_version_info{crd="widgets.widgetry.io",served="true",storage="true",v
 			if err := Register(reg, Options{CRDReader: tt.reader, CRDNames: tt.names, Version: "v0.1.0"}); err != nil {
 				t.Fatal(err)
 			}
-			if err := gatherAndCompare(reg, tt.want, CRDVersionInfoName, CRDStoredVersionsName); err != nil {
+			if err := gatherAndCompare(reg, tt.want, CRDVersionInfoName, CRDStoredVersionsName, CRDBreakGlassName); err != nil {
 				t.Error(err)
 			}
 		})

@@ -68,6 +68,11 @@ type clientRun struct {
 }
 
 func (r *run) runClient(ctx context.Context) error {
+	if r.t.viaStatus {
+		r.log.Info("rewriting through the status subresource, which admission webhooks on the main resource do not see", "version", r.t.gvr.Version)
+	} else {
+		r.log.Info("rewriting through the main resource (the CRD has no status subresource): admission webhooks see every rewrite and can refuse it", "version", r.t.gvr.Version)
+	}
 	cr := &clientRun{run: r}
 	cr.total.Store(r.p.Total)
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -204,11 +209,12 @@ func (cr *clientRun) list(ctx context.Context, work chan<- item, done chan<- *pa
 // migrateOne rewrites one object: an empty merge patch that carries the listed
 // resourceVersion, so the apiserver decodes the object, encodes it in the storage version and
 // writes it only if the bytes differ, and refuses with a Conflict if the object changed since
-// we listed it (then the other write re-encoded it: nothing to do).
+// we listed it (then the other write re-encoded it: nothing to do). It goes through the
+// status subresource when the CRD has one (target.viaStatus).
 func (cr *clientRun) migrateOne(ctx context.Context, it item, stop context.CancelCauseFunc) {
 	patch := fmt.Appendf(nil, `{"metadata":{"resourceVersion":%q}}`, it.resourceVersion)
 	var sub []string
-	if cr.opts.StatusSubresource {
+	if cr.t.viaStatus {
 		sub = []string{"status"}
 	}
 	var got *metav1.PartialObjectMetadata

@@ -18,8 +18,12 @@
 //     and burst, client-go's retries of 429 with Retry-After.
 //   - Writes carry the listed resourceVersion: a Conflict means someone else wrote the object
 //     since (which re-encoded it), a NotFound that it is gone; both are counted, never retried.
-//     Writes can go through the status subresource, so admission webhooks on the main
-//     resource cannot change or block them.
+//   - Writes go through the status subresource when the CRD has one: the apiserver
+//     re-encodes the object in the storage version all the same, but admission webhooks
+//     registered for the main resource do not see the write, so they can neither change the
+//     object nor block its rewrite (a webhook whose rules are stricter than what is stored,
+//     or that was absent when an object was written, would otherwise fail the migration).
+//     A CRD without one is rewritten through the main resource.
 //   - Progress is checkpointed, in order of pages, into one ConfigMap per CRD
 //     (ProgressObjectName, see progress.go for its fields and why a ConfigMap): a killed run
 //     resumes from the last page all of whose objects, and all earlier pages' objects, were

@@ -71,9 +71,10 @@ type Options struct {
 	Concurrency int
 	// PageSize is the LIST limit (DefaultPageSize).
 	PageSize int64
-	// StatusSubresource writes through the status subresource, so that admission webhooks on
-	// the main resource can neither change nor block the rewrite (Cluster API's approach). The
-	// CRD's storage version must have the status subresource.
+	// StatusSubresource requires the rewrite to go through the status subresource: the run is
+	// refused if the CRD has none. Without it the rewrite goes through the status subresource
+	// whenever the CRD has one anyway (see target.viaStatus), and through the main resource
+	// otherwise.
 	StatusSubresource bool
 	// ProgressNamespace holds the progress ConfigMap (see ProgressObjectName). Required.
 	ProgressNamespace string
@@ -163,11 +164,16 @@ func New(cfg *rest.Config) (*Migrator, error) {
 
 // target is what one migration works on, read from the CRD at the start.
 type target struct {
-	crd           *apiextensionsv1.CustomResourceDefinition
-	storage       string
-	gvr           schema.GroupVersionResource // the version requests use
-	namespaced    bool
-	hasStatus     bool
+	crd        *apiextensionsv1.CustomResourceDefinition
+	storage    string
+	gvr        schema.GroupVersionResource // the version requests use
+	namespaced bool
+	// viaStatus: gvr's version has the status subresource, so the rewrites go through it. A
+	// write there re-encodes the object in the storage version like any other, but admission
+	// webhooks registered for the main resource never see it, so they can neither block the
+	// rewrite (a webhook refusing an object stored before its rules, or while it was absent,
+	// would fail the migration) nor change the object on the way.
+	viaStatus     bool
 	storedAtStart []string
 	generation    int64
 }
@@ -299,9 +305,6 @@ func (m *Migrator) readTarget(ctx context.Context, opts Options) (*target, error
 		if v.Served {
 			served = append(served, v.Name)
 		}
-		if v.Name == storage {
-			t.hasStatus = v.Subresources != nil && v.Subresources.Status != nil
-		}
 	}
 	if len(served) == 0 {
 		return nil, refusef("CRD %s serves no version, so its objects cannot be read: serve %s first", opts.CRD, storage)
@@ -313,8 +316,14 @@ func (m *Migrator) readTarget(ctx context.Context, opts Options) (*target, error
 		version = storage
 	}
 	t.gvr = schema.GroupVersionResource{Group: c.Spec.Group, Version: version, Resource: c.Spec.Names.Plural}
-	if opts.StatusSubresource && !t.hasStatus {
-		return nil, refusef("CRD %s version %s has no status subresource, so --status-subresource cannot write through it: drop the flag", opts.CRD, storage)
+	// Subresources are per version: the one requests use is the one that counts.
+	for _, v := range c.Spec.Versions {
+		if v.Name == version {
+			t.viaStatus = v.Subresources != nil && v.Subresources.Status != nil
+		}
+	}
+	if opts.StatusSubresource && !t.viaStatus {
+		return nil, refusef("CRD %s version %s has no status subresource, so --status-subresource cannot write through it: drop the flag", opts.CRD, version)
 	}
 	return t, nil
 }

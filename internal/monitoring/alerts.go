@@ -23,6 +23,8 @@ const (
 	AlertStorageMigrationStalled       = "WidgetStorageMigrationStalled"
 	AlertStoredVersionsNotTrimmed      = "WidgetStoredVersionsNotTrimmed"
 	AlertDeprecatedVersionInUse        = "WidgetDeprecatedVersionInUse"
+	AlertCRDBreakGlass                 = "WidgetCRDBreakGlass"
+	AlertControllerPaused              = "WidgetControllerPaused"
 )
 
 // Severities, as kubernetes-mixin uses them: critical pages, warning is looked at in working
@@ -205,6 +207,20 @@ max by (version) (widget_crd_version_info{job="{{job}}",crd="{{crd}}",version="v
 			dur: "15m", severity: SeverityInfo,
 			summary:     "Clients still use the deprecated Widget version.",
 			description: "The apiserver served {{ $value | humanize }} requests/s for {{ $labels.resource }}.{{ $labels.group }}/{{ $labels.version }} over the last hour. These clients break at the unserve stage; find and move them to v1 first.",
+		}, {
+			name: AlertCRDBreakGlass,
+			expr: `max by (namespace, job, crd) (widget_crd_break_glass{job="{{job}}"}) == 1`,
+			dur:  "1m", severity: SeverityWarning,
+			summary:     "The Widget CRD is changed under break-glass.",
+			description: "{{ $labels.crd }} carries the widgetry.io/break-glass annotation: changes to it pass the stage guard (the ValidatingAdmissionPolicy) unchecked. Finish the procedure and remove the annotation.",
+		}, {
+			name: AlertControllerPaused,
+			// The uninstall hook pauses the controller for seconds; a marker that stays means a
+			// failed or interrupted uninstall, and no Widget is reconciled meanwhile.
+			expr: `max by (namespace, job) (widget_controller_paused{job="{{job}}"}) == 1`,
+			dur:  "15m", severity: SeverityWarning,
+			summary:     "The Widget controller is paused.",
+			description: "The pause marker (ConfigMap widget-operator-paused in namespace {{ $labels.namespace }}) has stopped the controller for 15 minutes: no Widget gets its Deployment, Service, finalizer or status updated. It is left by a failed or interrupted helm uninstall.",
 		}},
 	}}
 }

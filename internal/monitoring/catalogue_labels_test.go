@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/widgetry/widget-operator/internal/controller"
 	widgetmetrics "github.com/widgetry/widget-operator/internal/metrics"
 	"github.com/widgetry/widget-operator/internal/migrate"
 	"github.com/widgetry/widget-operator/internal/webhook"
@@ -45,6 +46,7 @@ func TestCatalogueLabelsMatchCode(t *testing.T) {
 		widgetmetrics.NewCRDCollector(nil, logr.Discard(), WidgetCRD),
 		widgetmetrics.NewCertificateExpiryCollector(func() *x509.Certificate { return nil }),
 		migrate.NewProgressCollector(nil, "widget-system"),
+		controller.NewPausedCollector(nil, logr.Discard()),
 	}, conversion.collectors...)
 
 	declared := map[string][]string{}

@@ -2,7 +2,9 @@
 // tests run against: controller-runtime's envtest (etcd and kube-apiserver) and, on
 // request, a real kube-controller-manager, so that garbage collection, Deployments,
 // ReplicaSets, EndpointSlices and PodDisruptionBudget status behave as in a cluster.
-// There are no nodes and no kubelet: Pods are created but stay Pending.
+// There are no nodes and no kubelet: Pods are created but stay Pending. Env.StartAPIServer
+// adds further kube-apiservers on the same etcd, for what differs between the instances of
+// an HA control plane.
 //
 // The binaries are the pinned toolchain built from source by `make tools` into the
 // repository's bin/ (see Assets). Tests fail, never skip, when they are missing.

@@ -99,6 +99,9 @@ type Env struct {
 	opts   Options
 	logDir string
 	logs   []*os.File
+	// advertised maps the advertise address of each kube-apiserver to its bind address
+	// (host:port), once StartAPIServer started a second one.
+	advertised map[string]string
 }
 
 // Start boots etcd and kube-apiserver through envtest, installs the CRDs and webhooks in

@@ -30,6 +30,9 @@ func Apply(ctx context.Context, c client.Client, cfg Config, o *Observation, s S
 	if o.live == nil {
 		return &Refusal{Message: fmt.Sprintf("CRD %s is not installed", cfg.CRD), Next: "install the chart at stage " + string(s.To)}
 	}
+	if s.From == s.To && !s.Repair {
+		return nil // the same stage: nothing to change
+	}
 	live := o.live.DeepCopy()
 	if err := setStageFlags(live, cfg, s.To); err != nil {
 		return err

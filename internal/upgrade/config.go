@@ -3,6 +3,7 @@ package upgrade
 import (
 	"context"
 	"fmt"
+	"net/http"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -14,6 +15,7 @@ import (
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/conversion"
 	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/webhook"
 )
 
 // Config names the CRD and the version pair an upgrade moves between.
@@ -31,6 +33,12 @@ type Config struct {
 	// ProbeObject returns an object of version Old for the conversion probe (apiVersion,
 	// kind and metadata are set by the engine).
 	ProbeObject func() map[string]any
+	// NewProbeObject returns an object of version New for the reverse probe, with the fields
+	// only New can express set (they must survive New -> Old -> New); nil skips it.
+	NewProbeObject func() map[string]any
+	// BuildConverter is the conversion webhook compiled into this binary, for the same-stage
+	// check of a new build; nil skips that check.
+	BuildConverter http.Handler
 	// DryRunObject returns an object of version New for the server-side dry-run create of
 	// the flip-storage preflight; nil skips that check (the GETs still run).
 	DryRunObject func(namespace string) *unstructured.Unstructured
@@ -65,6 +73,13 @@ func WidgetConfig() Config {
 				"endpoints": []any{map[string]any{"name": "a", "port": int64(1)}, map[string]any{"name": "b", "port": int64(65535)}},
 			}}
 		},
+		NewProbeObject: func() map[string]any {
+			return map[string]any{"spec": map[string]any{
+				"image": "registry.example.com/widgetctl/probe:v1", "size": int64(0), "timeout": "1.5s", "paused": true,
+				"endpoints": map[string]any{"a": map[string]any{"port": int64(1)}, "b": map[string]any{"port": int64(65535)}},
+			}}
+		},
+		BuildConverter: &webhook.ConversionHandler{},
 		DryRunObject: func(namespace string) *unstructured.Unstructured {
 			u := &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": "widgetry.io/v1", "kind": "Widget",

@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -63,38 +64,84 @@ func TestObserveDerivesTheStageTable(t *testing.T) {
 func TestPlanOneStageAtATime(t *testing.T) {
 	cfg := WidgetConfig()
 	initial := ObserveCRD(widgetAt(t, crd.StageInitial, "v1alpha1"), cfg)
-	if _, err := Plan(initial, cfg, crd.StageFlipStorage, false); !IsRefusal(err) || !strings.Contains(err.Error(), "next safe step: add-version (runbooks/upgrade/add-version.md)") {
+	if _, err := Plan(initial, cfg, crd.StageFlipStorage); !IsRefusal(err) || !strings.Contains(err.Error(), "next safe step: add-version (runbooks/upgrade/add-version.md)") {
 		t.Errorf("skipping a stage: %v", err)
 	}
-	steps, err := Plan(initial, cfg, crd.StageUnserve, true)
-	if err != nil || len(steps) != 4 || steps[3].From != crd.StageMigrate || steps[3].To != crd.StageUnserve {
-		t.Errorf("an allowed jump plans every step: %+v %v", steps, err)
+	if _, err := Plan(initial, cfg, crd.StageUnserve); !IsRefusal(err) || !strings.Contains(err.Error(), "next safe step: add-version") {
+		t.Errorf("initial -> unserve: %v", err)
 	}
-	if _, err := Plan(initial, cfg, "final", false); !IsRefusal(err) || !strings.Contains(err.Error(), `unknown stage "final"`) {
+	if _, err := Plan(initial, cfg, "final"); !IsRefusal(err) || !strings.Contains(err.Error(), `unknown stage "final"`) {
 		t.Errorf("unknown stage: %v", err)
 	}
 	unserve := ObserveCRD(widgetAt(t, crd.StageUnserve, "v1"), cfg)
-	steps, err = Plan(unserve, cfg, crd.StageMigrate, false)
+	steps, err := Plan(unserve, cfg, crd.StageMigrate)
 	if err != nil || len(steps) != 1 || !steps[0].Rollback {
 		t.Errorf("rollback unserve -> migrate: %+v %v", steps, err)
 	}
-	if steps, err := Plan(unserve, cfg, crd.StageUnserve, false); err != nil || len(steps) != 0 {
-		t.Errorf("at the target already: %+v %v", steps, err)
+	if steps, err := Plan(unserve, cfg, crd.StageUnserve); err != nil || len(steps) != 1 || steps[0].From != steps[0].To ||
+		!slices.Equal(steps[0].Checks, []Check{CheckEstablished, CheckBuildConversion}) {
+		t.Errorf("at the target already, the new build's conversion is checked: %+v %v", steps, err)
 	}
 	migrated := ObserveCRD(widgetAt(t, crd.StageMigrate, "v1"), cfg)
-	if steps, err := Plan(migrated, cfg, crd.StageAddVersion, false); err != nil || len(steps) != 2 {
+	if steps, err := Plan(migrated, cfg, crd.StageAddVersion); err != nil || len(steps) != 2 {
 		t.Errorf("migrate -> add-version is one change of flags (helm rollback from flip-storage after the migration): %+v %v", steps, err)
 	}
-	if _, err := Plan(initial, cfg, crd.StageMigrate, false); !IsRefusal(err) {
+	if _, err := Plan(initial, cfg, crd.StageMigrate); !IsRefusal(err) {
 		t.Errorf("initial -> migrate changes the flags twice: %v", err)
 	}
 	missing := &Observation{CRD: cfg.CRD}
-	if steps, err := Plan(missing, cfg, crd.StageMigrate, false); err != nil || len(steps) != 1 {
+	if steps, err := Plan(missing, cfg, crd.StageMigrate); err != nil || len(steps) != 1 {
 		t.Errorf("no CRD: any stage may be installed: %+v %v", steps, err)
 	}
-	bad := ObserveCRD(widgetAt(t, crd.StageUnserve, "v1alpha1", "v1"), cfg)
-	if _, err := Plan(bad, cfg, crd.StageMigrate, false); !IsRefusal(err) || !strings.Contains(err.Error(), "inconsistent") {
-		t.Errorf("inconsistent state: %v", err)
+}
+
+// TestPlanRepairsAnInconsistentCRD: from every inconsistent state the observer can report there
+// is a way back (or, where flags cannot fix it, a refusal that says so), and the repair is one
+// step to a stage whose flags make the CRD consistent with what is stored.
+func TestPlanRepairsAnInconsistentCRD(t *testing.T) {
+	cfg := WidgetConfig()
+	// initial -> unserve in one change (hooks off, before the stage guard): v1alpha1 unserved
+	// while still stored.
+	jumped := ObserveCRD(widgetAt(t, crd.StageUnserve, "v1alpha1", "v1"), cfg)
+	if jumped.Inconsistent == "" || !strings.Contains(jumped.Inconsistent, "plan --to migrate") {
+		t.Fatalf("observed %q, want an inconsistent state naming the repair", jumped.Inconsistent)
+	}
+	var to []crd.Stage
+	for _, r := range Repairs(jumped, cfg) {
+		to = append(to, r.To)
+	}
+	if !slices.Equal(to, []crd.Stage{crd.StageAddVersion, crd.StageFlipStorage, crd.StageMigrate}) {
+		t.Errorf("repairs %v, want add-version, flip-storage, migrate", to)
+	}
+	steps, err := Plan(jumped, cfg, crd.StageMigrate)
+	if err != nil || len(steps) != 1 || !steps[0].Repair || !slices.Contains(steps[0].Checks, CheckWebhookProbe) {
+		t.Fatalf("repair to migrate: %+v %v", steps, err)
+	}
+	repaired := jumped.live.DeepCopy()
+	if err := setStageFlags(repaired, cfg, steps[0].To); err != nil {
+		t.Fatal(err)
+	}
+	if o := ObserveCRD(repaired, cfg); o.Stage != crd.StageFlipStorage || o.Inconsistent != "" {
+		t.Errorf("after the repair the CRD reads as %s (%s), want flip-storage: migrate next", o.StageLabel(), o.Inconsistent)
+	}
+	if _, err := Plan(jumped, cfg, crd.StageUnserve); !IsRefusal(err) || !strings.Contains(err.Error(), "add-version, flip-storage, migrate") ||
+		!strings.Contains(err.Error(), "runbooks/upgrade/README.md#inconsistent") {
+		t.Errorf("unserve does not repair it: %v", err)
+	}
+
+	// Both versions with conversion None: the chart's helm upgrade renders the webhook again.
+	none := widgetAt(t, crd.StageMigrate, "v1")
+	none.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.NoneConverter}
+	o := ObserveCRD(none, cfg)
+	if steps, err := Plan(o, cfg, crd.StageMigrate); err != nil || len(steps) != 1 || !strings.Contains(steps[0].Change, "conversion webhook is back") {
+		t.Errorf("conversion None: %+v %v", steps, err)
+	}
+
+	// Not Established: no flags repair that.
+	broken := widgetAt(t, crd.StageInitial, "v1alpha1")
+	broken.Status.Conditions = []apiextensionsv1.CustomResourceDefinitionCondition{{Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionFalse}}
+	if _, err := Plan(ObserveCRD(broken, cfg), cfg, crd.StageInitial); !IsRefusal(err) || !strings.Contains(err.Error(), "by hand") {
+		t.Errorf("not Established: %v", err)
 	}
 }
 
@@ -102,7 +149,7 @@ func TestSetStageFlagsNeverDropsAStoredVersionSilently(t *testing.T) {
 	cfg := WidgetConfig()
 	live := widgetAt(t, crd.StageAddVersion, "v1alpha1", "v1")
 	o := ObserveCRD(live, cfg)
-	steps, err := Plan(o, cfg, crd.StageInitial, false)
+	steps, err := Plan(o, cfg, crd.StageInitial)
 	if err != nil || len(steps) != 1 || steps[0].Checks[len(steps[0].Checks)-1] != CheckNothingNewStored {
 		t.Fatalf("add-version -> initial must check nothing is stored as v1: %+v %v", steps, err)
 	}

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	"github.com/widgetry/widget-operator/internal/crd"
 )
@@ -35,6 +38,7 @@ type Check string
 const (
 	CheckEstablished      Check = "crd-established"
 	CheckWebhookProbe     Check = "conversion-webhook-probe"
+	CheckBuildConversion  Check = "conversion-of-this-build"
 	CheckDryRunCreate     Check = "dry-run-create-through-new"
 	CheckReadAllVersions  Check = "read-through-every-served-version"
 	CheckOnlyNewStored    Check = "stored-versions-only-new"
@@ -42,11 +46,15 @@ const (
 	CheckNothingNewStored Check = "nothing-stored-as-new"
 )
 
-// Step moves one stage forward or back.
+// Step moves one stage forward or back, stays at a stage (a new build), or repairs an
+// inconsistent CRD to a stage.
 type Step struct {
 	From     crd.Stage `json:"from"`
 	To       crd.Stage `json:"to"`
 	Rollback bool      `json:"rollback"`
+	// Repair marks a step from an inconsistent CRD: the flags of To, on the storedVersions
+	// the CRD has, make a consistent stage.
+	Repair bool `json:"repair,omitempty"`
 	// Change is the CRD change the step makes.
 	Change string `json:"change"`
 	// Then is what must run after the CRD change (the chart's post-upgrade hook does it).
@@ -57,8 +65,13 @@ type Step struct {
 func stageIndex(s crd.Stage) int { return slices.Index(crd.Stages, s) }
 
 // Plan returns the steps from the observed stage to target, one stage each. A jump of more
-// than one stage is refused unless allowJump, and then planned step by step with every check.
-func Plan(o *Observation, cfg Config, target crd.Stage, allowJump bool) ([]Step, error) {
+// than one stage is refused, naming the next safe step: the apiserver's stage guard refuses
+// it as well, and one command that moves several stages would check each step against a
+// CRD that has moved on since. At the target already, the plan is one step that changes
+// nothing and checks this build's conversion (a helm upgrade or rollback of the image). From
+// an inconsistent CRD the plan is one repair step to target when target's flags make the CRD
+// consistent, else a refusal naming the stages that would.
+func Plan(o *Observation, cfg Config, target crd.Stage) ([]Step, error) {
 	if _, err := crd.ParseStage(string(target)); err != nil {
 		return nil, &Refusal{Message: err.Error(), Next: "stay at " + o.StageLabel() + " and name one of the five stages (" + cfg.RunbookDir + "/README.md)"}
 	}
@@ -66,12 +79,12 @@ func Plan(o *Observation, cfg Config, target crd.Stage, allowJump bool) ([]Step,
 		return []Step{{To: target, Change: fmt.Sprintf("install the CRD at stage %s: nothing is stored yet, any stage may be installed", target), Checks: []Check{}}}, nil
 	}
 	if o.Inconsistent != "" {
-		return nil, &Refusal{Message: fmt.Sprintf("CRD %s is in an inconsistent state: %s", o.CRD, o.Inconsistent),
-			Next: "repair the CRD by hand, see " + cfg.RunbookDir + "/README.md"}
+		return planRepair(o, cfg, target)
 	}
 	from, to := stageIndex(o.Stage), stageIndex(target)
 	if from == to {
-		return nil, nil
+		return []Step{{From: o.Stage, To: target, Change: "none: the same stage (a new build is checked before its pods take traffic)",
+			Checks: []Check{CheckEstablished, CheckBuildConversion}}}, nil
 	}
 	dir := 1
 	if to < from {
@@ -89,12 +102,73 @@ func Plan(o *Observation, cfg Config, target crd.Stage, allowJump bool) ([]Step,
 	// flip-storage and migrate render the same flags, so moving across that pair and one
 	// more stage is still a single change of the CRD (for example a helm rollback from
 	// flip-storage to add-version when the migration had already run).
-	if changes > 1 && !allowJump {
+	if changes > 1 {
 		next := crd.Stages[from+dir]
 		return nil, &Refusal{Message: fmt.Sprintf("stage %s to %s skips %d stage(s); the API moves one stage at a time", o.Stage, target, abs(to-from)-1),
 			Next: fmt.Sprintf("%s (%s)", next, cfg.Runbook(next))}
 	}
 	return steps, nil
+}
+
+// planRepair plans the way back from an inconsistent CRD: the flags of target, set on the
+// live CRD with its storedVersions as they are, must derive a consistent stage (target, or
+// its twin with the same flags). Nothing stored is touched; the checks that the conversion
+// works run first wherever the repaired stage serves two versions.
+func planRepair(o *Observation, cfg Config, target crd.Stage) ([]Step, error) {
+	repairs := Repairs(o, cfg)
+	for _, r := range repairs {
+		if r.To != target {
+			continue
+		}
+		checks := []Check{CheckBuildConversion}
+		if o.live != nil && o.live.Spec.Conversion != nil && o.live.Spec.Conversion.Strategy == "Webhook" && target != crd.StageInitial {
+			checks = append(checks, CheckWebhookProbe)
+		}
+		return []Step{{To: target, Repair: true, Checks: checks,
+			Change: fmt.Sprintf("repair: set the version flags of stage %s (the CRD then reads as %s)", target, r.Becomes)}}, nil
+	}
+	next := "repair the CRD by hand (" + cfg.RunbookDir + "/README.md#inconsistent)"
+	if len(repairs) > 0 {
+		var names []string
+		for _, r := range repairs {
+			names = append(names, string(r.To))
+		}
+		next = fmt.Sprintf("move to one of the stages %s repair it to: %s (%s/README.md#inconsistent)", o.CRD, strings.Join(names, ", "), cfg.RunbookDir)
+	}
+	return nil, &Refusal{Message: fmt.Sprintf("CRD %s is in an inconsistent state: %s; stage %s does not repair it", o.CRD, o.Inconsistent, target), Next: next}
+}
+
+// Repair is a stage whose flags turn an inconsistent CRD into a consistent one.
+type Repair struct {
+	To      crd.Stage `json:"to"`
+	Becomes string    `json:"becomes"`
+}
+
+// Repairs lists the stages whose flags make an inconsistent CRD consistent, without any
+// change to what is stored.
+func Repairs(o *Observation, cfg Config) []Repair {
+	if o.live == nil || o.Inconsistent == "" {
+		return nil
+	}
+	var out []Repair
+	restored := ""
+	if o.Conversion != string(apiextensionsv1.WebhookConverter) {
+		restored = " once the conversion webhook is back (the chart renders it)"
+	}
+	for _, s := range crd.Stages {
+		c := o.live.DeepCopy()
+		if restored != "" {
+			// Judged as the chart would render it: with its conversion webhook.
+			c.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.WebhookConverter}
+		}
+		if err := crd.SetStageFlags(c, cfg.pair(), s); err != nil || CheckVersionsKept(c) != nil {
+			continue
+		}
+		if r := ObserveCRD(c, cfg); r.Inconsistent == "" && (r.Stage == s || sameFlags(r.Stage, s)) {
+			out = append(out, Repair{To: s, Becomes: r.StageLabel() + restored})
+		}
+	}
+	return out
 }
 
 // sameFlags reports whether two adjacent stages render the same CRD flags.

@@ -57,7 +57,7 @@ func Preflight(ctx context.Context, cl Clients, cfg Config, o *Observation, step
 
 func stageName(s crd.Stage) string {
 	if s == "" {
-		return "none"
+		return "none or inconsistent"
 	}
 	return string(s)
 }
@@ -70,6 +70,8 @@ func nextSafeStep(cfg Config, o *Observation, s Step, check Check) string {
 			cfg.CRD, cfg.Old, cfg.Old, cfg.New, cfg.Runbook(crd.StageAddVersion))
 	case CheckOnlyNewStored:
 		return fmt.Sprintf("stage migrate: widgetctl migrate --crd %s (%s)", cfg.CRD, cfg.Runbook(crd.StageMigrate))
+	case CheckBuildConversion:
+		return fmt.Sprintf("do not roll this build out: its conversion loses data; keep the running build (helm upgrade --set image.tag=<a good build>, the same stage) (%s)", cfg.Runbook(s.To))
 	case CheckOwnerReferences:
 		return fmt.Sprintf("let the operator rewrite its children's owner references (it does after the storage flip; is it running?), then retry (%s)", cfg.Runbook(crd.StageUnserve))
 	}
@@ -85,6 +87,9 @@ func runCheck(ctx context.Context, cl Clients, cfg Config, o *Observation, s Ste
 		return nil
 	case CheckWebhookProbe:
 		return ProbeConversion(ctx, o.live, cfg, cl.Probe)
+	case CheckBuildConversion:
+		group, kind := o.live.Spec.Group, o.live.Spec.Names.Kind
+		return ProbeBuildConversion(ctx, cfg, group, kind)
 	case CheckDryRunCreate:
 		return dryRunCreate(ctx, cl, cfg, o)
 	case CheckReadAllVersions:

@@ -9,11 +9,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"reflect"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 )
 
 // ProbeOptions tune the conversion probe.
@@ -25,10 +26,11 @@ type ProbeOptions struct {
 	Timeout time.Duration
 }
 
-// ProbeConversion sends the CRD's conversion webhook a ConversionReview of a probe object
-// from Old to New and back, over TLS verified with the caBundle the CRD carries (what the
-// apiserver will trust), and checks the answers obey the protocol and the round trip loses
-// nothing. Before add-version the apiserver cannot do this: New is not served yet.
+// ProbeConversion sends the CRD's conversion webhook ConversionReviews of probe objects, over
+// TLS verified with the caBundle the CRD carries (what the apiserver will trust), and checks
+// the answers obey the protocol and the round trips lose nothing: an Old object to New and
+// back, and a New object carrying fields only New can express to Old and back. Before
+// add-version the apiserver cannot do this: New is not served yet.
 func ProbeConversion(ctx context.Context, live *apiextensionsv1.CustomResourceDefinition, cfg Config, opts ProbeOptions) error {
 	conv := live.Spec.Conversion
 	if conv == nil || conv.Strategy != apiextensionsv1.WebhookConverter || conv.Webhook == nil || conv.Webhook.ClientConfig == nil {
@@ -55,26 +57,61 @@ func ProbeConversion(ctx context.Context, live *apiextensionsv1.CustomResourceDe
 	httpClient := &http.Client{Timeout: opts.Timeout, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12}}}
 	defer httpClient.CloseIdleConnections()
+	return probeRoundTrips(ctx, httpClient, target, live.Spec.Group, live.Spec.Names.Kind, cfg)
+}
 
-	group, kind := live.Spec.Group, live.Spec.Names.Kind
-	probe := cfg.ProbeObject()
-	probe["apiVersion"], probe["kind"] = group+"/"+cfg.Old, kind
-	probe["metadata"] = map[string]any{"name": "widgetctl-probe", "namespace": "default", "uid": "00000000-0000-4000-8000-000000000000",
-		"labels": map[string]any{"widgetry.io/probe": "true"}}
-	original, err := normalize(probe)
-	if err != nil {
-		return err
+// ProbeBuildConversion runs the same round trips through cfg.BuildConverter, the conversion
+// handler compiled into this binary. The chart's hooks run the image they are about to roll
+// out, so at a same-stage upgrade or rollback (a new build, the same CRD) this checks the new
+// build's conversion before any of its pods takes traffic.
+func ProbeBuildConversion(ctx context.Context, cfg Config, group, kind string) error {
+	if cfg.BuildConverter == nil {
+		return nil
 	}
-	toNew, err := convertOnce(ctx, httpClient, target, group+"/"+cfg.New, original)
-	if err != nil {
-		return fmt.Errorf("conversion webhook %s, %s to %s: %w", target, cfg.Old, cfg.New, err)
-	}
-	back, err := convertOnce(ctx, httpClient, target, group+"/"+cfg.Old, toNew)
-	if err != nil {
-		return fmt.Errorf("conversion webhook %s, %s to %s: %w", target, cfg.New, cfg.Old, err)
-	}
-	if !equality.Semantic.DeepEqual(original["spec"], back["spec"]) || !equality.Semantic.DeepEqual(original["metadata"], back["metadata"]) {
-		return fmt.Errorf("conversion webhook %s lost data in a round trip %s -> %s -> %s: sent %v, got back %v", target, cfg.Old, cfg.New, cfg.Old, original, back)
+	httpClient := &http.Client{Transport: handlerTransport{cfg.BuildConverter}}
+	return probeRoundTrips(ctx, httpClient, "http://this-build/convert", group, kind, cfg)
+}
+
+// handlerTransport answers requests with an in-process handler.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, req)
+	return rec.Result(), nil
+}
+
+// probeRoundTrips converts ProbeObject (Old) to New and back, and NewProbeObject (New) to Old
+// and back, and compares each result with what was sent.
+func probeRoundTrips(ctx context.Context, httpClient *http.Client, target, group, kind string, cfg Config) error {
+	probes := []struct {
+		from, to string
+		object   func() map[string]any
+	}{{cfg.Old, cfg.New, cfg.ProbeObject}, {cfg.New, cfg.Old, cfg.NewProbeObject}}
+	for _, p := range probes {
+		if p.object == nil {
+			continue
+		}
+		probe := p.object()
+		probe["apiVersion"], probe["kind"] = group+"/"+p.from, kind
+		probe["metadata"] = map[string]any{"name": "widgetctl-probe", "namespace": "default", "uid": "00000000-0000-4000-8000-000000000000",
+			"labels": map[string]any{"widgetry.io/probe": "true"}}
+		original, err := normalize(probe)
+		if err != nil {
+			return err
+		}
+		there, err := convertOnce(ctx, httpClient, target, group+"/"+p.to, original)
+		if err != nil {
+			return fmt.Errorf("conversion webhook %s, %s to %s: %w", target, p.from, p.to, err)
+		}
+		back, err := convertOnce(ctx, httpClient, target, group+"/"+p.from, there)
+		if err != nil {
+			return fmt.Errorf("conversion webhook %s, %s to %s: %w", target, p.to, p.from, err)
+		}
+		// Strictly equal: a list that comes back empty instead of absent is a change too.
+		if !reflect.DeepEqual(original["spec"], back["spec"]) || !reflect.DeepEqual(original["metadata"], back["metadata"]) {
+			return fmt.Errorf("conversion webhook %s lost data in a round trip %s -> %s -> %s: sent %v, got back %v", target, p.from, p.to, p.from, original, back)
+		}
 	}
 	return nil
 }

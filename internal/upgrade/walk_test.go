@@ -67,7 +67,7 @@ func (r *rig) step(target crd.Stage) error {
 	r.t.Helper()
 	ctx := context.Background()
 	o := r.observe()
-	steps, err := upgrade.Plan(o, r.cfg, target, false)
+	steps, err := upgrade.Plan(o, r.cfg, target)
 	if err != nil {
 		return err
 	}
@@ -276,7 +276,7 @@ func TestRefusals(t *testing.T) {
 	t.Run("unserve with v1alpha1 still stored", func(t *testing.T) {
 		before := r.observe()
 		o := r.observe()
-		steps, err := upgrade.Plan(o, r.cfg, crd.StageUnserve, true) // even when a jump is allowed
+		steps, err := upgrade.Plan(o, r.cfg, crd.StageUnserve)
 		if err != nil {
 			t.Fatal(err)
 		}

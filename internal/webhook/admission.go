@@ -5,13 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"regexp"
-	"strings"
+	"reflect"
+	"slices"
 	"time"
 
-	jsonpatch "gomodules.xyz/jsonpatch/v2"
+	"github.com/distribution/reference"
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -29,120 +31,79 @@ const (
 	ConvertPath  = "/convert"
 )
 
-// Defaults, the same as the CRD schema's, so defaulting agrees whichever runs first.
-const (
-	defaultSize           = int32(1)
-	defaultTimeout        = "30s"
-	defaultTimeoutSeconds = int32(30)
-	// longTimeout is where a timeout becomes worth a warning.
-	longTimeout = 5 * time.Minute
-)
+// longTimeout is where a timeout becomes worth a warning.
+const longTimeout = 5 * time.Minute
 
-// admissionObject is a Widget decoded from an AdmissionReview in its request version and
-// converted to the hub, which the checks work on.
+// admissionObject is a Widget decoded from an AdmissionReview in the version it was sent in
+// and converted to the hub, which the checks work on.
 type admissionObject struct {
 	version string
 	hub     *v1.Widget
-	spoke   *v1alpha1.Widget // set for v1alpha1 requests
+	spoke   *v1alpha1.Widget // set for objects sent as v1alpha1
 }
 
+// decodeAdmissionObject decodes the request's object.
 func decodeAdmissionObject(req admission.Request) (*admissionObject, error) {
-	if req.Kind.Group != v1.GroupVersion.Group || req.Kind.Kind != widgetKind {
-		return nil, fmt.Errorf("this webhook admits %s Widgets, not %s", v1.GroupVersion.Group, req.Kind)
+	return decodeWidget(req.Kind, req.Object.Raw)
+}
+
+// decodeWidget decodes raw, an object of kind (the version the apiserver sent it in, which
+// with matchPolicy Equivalent need not be the version the client used).
+func decodeWidget(kind metav1.GroupVersionKind, raw []byte) (*admissionObject, error) {
+	if kind.Group != v1.GroupVersion.Group || kind.Kind != widgetKind {
+		return nil, fmt.Errorf("this webhook admits %s Widgets, not %s", v1.GroupVersion.Group, kind)
 	}
-	switch req.Kind.Version {
+	switch kind.Version {
 	case v1.GroupVersion.Version:
 		hub := &v1.Widget{}
-		if err := json.Unmarshal(req.Object.Raw, hub); err != nil {
+		if err := json.Unmarshal(raw, hub); err != nil {
 			return nil, fmt.Errorf("decode v1 Widget: %w", err)
 		}
-		return &admissionObject{version: req.Kind.Version, hub: hub}, nil
+		return &admissionObject{version: kind.Version, hub: hub}, nil
 	case v1alpha1.GroupVersion.Version:
 		spoke := &v1alpha1.Widget{}
-		if err := json.Unmarshal(req.Object.Raw, spoke); err != nil {
+		if err := json.Unmarshal(raw, spoke); err != nil {
 			return nil, fmt.Errorf("decode v1alpha1 Widget: %w", err)
 		}
 		hub := &v1.Widget{}
 		if err := conversion.ConvertWidgetToHub(context.Background(), spoke.DeepCopy(), hub); err != nil {
 			return nil, err
 		}
-		return &admissionObject{version: req.Kind.Version, hub: hub, spoke: spoke}, nil
+		return &admissionObject{version: kind.Version, hub: hub, spoke: spoke}, nil
 	}
-	return nil, fmt.Errorf("widget version %q is not supported (v1alpha1, v1)", req.Kind.Version)
-}
-
-// Defaulter is the mutating webhook. It decides on the hub which fields are unset and writes
-// the defaults under the request version's field names, as JSON patch operations that only
-// add missing fields: running it twice, or after another mutating webhook, changes nothing
-// more (the apiserver does not guarantee an order among mutating webhooks; see the package
-// documentation).
-type Defaulter struct{}
-
-// Handle implements admission.Handler.
-func (Defaulter) Handle(_ context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return admission.Allowed("")
-	}
-	obj, err := decodeAdmissionObject(req)
-	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
-	}
-	var fields map[string]any
-	if len(req.Object.Raw) > 0 {
-		var raw struct {
-			Spec map[string]any `json:"spec"`
-		}
-		if err := json.Unmarshal(req.Object.Raw, &raw); err != nil {
-			return admission.Errored(http.StatusBadRequest, err)
-		}
-		fields = raw.Spec
-	}
-	add := map[string]any{}
-	sizeField, timeoutField := "size", "timeout"
-	var timeoutDefault any = defaultTimeout
-	if obj.version == v1alpha1.GroupVersion.Version {
-		sizeField, timeoutField, timeoutDefault = "replicas", "timeoutSeconds", defaultTimeoutSeconds
-	}
-	if obj.hub.Spec.Size == nil {
-		add[sizeField] = defaultSize
-	}
-	if obj.hub.Spec.Timeout == nil {
-		add[timeoutField] = timeoutDefault
-	}
-	if len(add) == 0 {
-		return admission.Allowed("")
-	}
-	var patches []jsonpatch.JsonPatchOperation
-	if fields == nil {
-		patches = append(patches, jsonpatch.JsonPatchOperation{Operation: "add", Path: "/spec", Value: add})
-	} else {
-		for _, name := range []string{sizeField, timeoutField} {
-			if v, ok := add[name]; ok {
-				patches = append(patches, jsonpatch.JsonPatchOperation{Operation: "add", Path: "/spec/" + name, Value: v})
-			}
-		}
-	}
-	return admission.Patched("defaults applied", patches...)
+	return nil, fmt.Errorf("widget version %q is not supported (v1alpha1, v1)", kind.Version)
 }
 
 // Validator is the validating webhook: it refuses what the schema cannot express, with field
 // paths in the request version's terms, and warns about risky but legal input.
+//
+// Its checks ratchet: on UPDATE only the fields the request changes are checked, so an object
+// stored while the webhooks were absent, or before a check was tightened, stays writable
+// (its controller can still add and remove its finalizer, status and metadata can change)
+// and is refused only when someone changes the invalid field to another invalid value.
 type Validator struct{}
-
-// imageReference is a container image reference: no spaces, optional registry and path,
-// an optional tag, an optional sha256 digest.
-var imageReference = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$`)
 
 // Handle implements admission.Handler.
 func (Validator) Handle(_ context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
+	// Before anything is decoded: an object whose stored form this webhook cannot even read
+	// (a broken conversion-data annotation) must still be able to go away.
+	if req.Operation == admissionv1.Update && onlyRemovesFinalizersWhileDeleting(req) {
+		return admission.Allowed("only finalizers removed from a Widget being deleted")
+	}
 	obj, err := decodeAdmissionObject(req)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
-	errs, warnings := validateWidget(obj)
+	var old *admissionObject
+	if req.Operation == admissionv1.Update {
+		// An old object that cannot be decoded leaves old nil: every field is checked, as on
+		// CREATE, which is stricter, never looser.
+		old, _ = decodeWidget(req.Kind, req.OldObject.Raw)
+	}
+	errs, warnings := validateWidget(obj, old)
 	if len(errs) > 0 {
 		invalid := apierrors.NewInvalid(schema.GroupKind{Group: v1.GroupVersion.Group, Kind: widgetKind}, obj.hub.Name, errs)
 		resp := admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &invalid.ErrStatus}}
@@ -151,8 +112,48 @@ func (Validator) Handle(_ context.Context, req admission.Request) admission.Resp
 	return admission.Allowed("").WithWarnings(warnings...)
 }
 
-// validateWidget checks the hub and names fields as the request version does.
-func validateWidget(obj *admissionObject) (field.ErrorList, []string) {
+// onlyRemovesFinalizersWhileDeleting reports whether an UPDATE of an object being deleted
+// changes nothing but removing finalizers. Such an update is always admitted: refusing it
+// would keep the object forever, whatever is wrong with it. The comparison is on the raw
+// JSON, so it holds for objects the typed decoding would refuse. resourceVersion (a client
+// may send none) and managedFields (the apiserver updates them for this very write) are
+// not the request's changes.
+func onlyRemovesFinalizersWhileDeleting(req admission.Request) bool {
+	var obj, old unstructured.Unstructured
+	if json.Unmarshal(req.Object.Raw, &obj.Object) != nil || json.Unmarshal(req.OldObject.Raw, &old.Object) != nil {
+		return false
+	}
+	if old.GetDeletionTimestamp() == nil {
+		return false
+	}
+	kept, had := obj.GetFinalizers(), old.GetFinalizers()
+	if len(kept) >= len(had) || !isSubsequence(kept, had) {
+		return false
+	}
+	for _, u := range []*unstructured.Unstructured{&obj, &old} {
+		u.SetFinalizers(nil)
+		u.SetResourceVersion("")
+		u.SetManagedFields(nil)
+	}
+	return reflect.DeepEqual(obj.Object, old.Object)
+}
+
+// isSubsequence reports whether sub is seq with some elements removed, order kept.
+func isSubsequence(sub, seq []string) bool {
+	for _, s := range sub {
+		i := slices.Index(seq, s)
+		if i < 0 {
+			return false
+		}
+		seq = seq[i+1:]
+	}
+	return true
+}
+
+// validateWidget checks the hub and names fields as the request version does. old is the
+// stored object on UPDATE (nil on CREATE): a field it already holds is not checked again,
+// only warned about.
+func validateWidget(obj, old *admissionObject) (field.ErrorList, []string) {
 	spec := field.NewPath("spec")
 	sizePath, timeoutPath := spec.Child("size"), spec.Child("timeout")
 	if obj.spoke != nil {
@@ -161,17 +162,30 @@ func validateWidget(obj *admissionObject) (field.ErrorList, []string) {
 	w := obj.hub
 	var errs field.ErrorList
 	var warnings []string
+	// refuse refuses a changed field and only warns about an unchanged one (the ratchet).
+	refuse := func(changed bool, err *field.Error) {
+		if changed {
+			errs = append(errs, err)
+			return
+		}
+		warnings = append(warnings, fmt.Sprintf("%s; admitted because this update does not change it, but the next change of it must fix it", err.Error()))
+	}
 
 	image := w.Spec.Image
+	imageChanged := old == nil || old.hub.Spec.Image != image
+	named, err := parseImage(image)
 	switch {
 	case image == "":
-		errs = append(errs, field.Required(spec.Child("image"), "set the container image, e.g. registry.example.com/team/server:v1.2.3"))
-	case !imageReference.MatchString(image):
-		errs = append(errs, field.Invalid(spec.Child("image"), image, "not a container image reference (lowercase repository, optional :tag, optional @sha256:digest)"))
+		refuse(imageChanged, field.Required(spec.Child("image"), "set the container image, e.g. registry.example.com/team/server:v1.2.3"))
+	case err != nil:
+		refuse(imageChanged, field.Invalid(spec.Child("image"), image, fmt.Sprintf("not a container image reference (%v); the kubelet would refuse to pull it", err)))
 	default:
-		if tag := imageTag(image); tag == "" && !strings.Contains(image, "@") {
+		tagged, hasTag := named.(reference.Tagged)
+		_, hasDigest := named.(reference.Digested)
+		switch {
+		case !hasTag && !hasDigest:
 			warnings = append(warnings, fmt.Sprintf("%s: image %q has no tag and resolves to :latest; pin a tag or digest so rollouts are reproducible", spec.Child("image"), image))
-		} else if tag == "latest" {
+		case hasTag && !hasDigest && tagged.Tag() == "latest":
 			warnings = append(warnings, fmt.Sprintf("%s: image %q uses the :latest tag; pin a tag or digest so rollouts are reproducible", spec.Child("image"), image))
 		}
 	}
@@ -179,10 +193,11 @@ func validateWidget(obj *admissionObject) (field.ErrorList, []string) {
 		warnings = append(warnings, fmt.Sprintf("%s is 0: the Widget runs no pods and its Service has no endpoints", sizePath))
 	}
 	if w.Spec.Timeout != nil {
+		timeoutChanged := old == nil || old.hub.Spec.Timeout == nil || *old.hub.Spec.Timeout != *w.Spec.Timeout
 		d, err := time.ParseDuration(*w.Spec.Timeout)
 		switch {
 		case err != nil:
-			errs = append(errs, field.Invalid(timeoutPath, *w.Spec.Timeout, "not a Go duration such as 30s or 1m30s"))
+			refuse(timeoutChanged, field.Invalid(timeoutPath, *w.Spec.Timeout, "not a Go duration such as 30s or 1m30s"))
 		case d > longTimeout:
 			warnings = append(warnings, fmt.Sprintf("%s is %s, over %s: slow requests will hold connections that long", timeoutPath, *w.Spec.Timeout, longTimeout))
 		}
@@ -190,15 +205,10 @@ func validateWidget(obj *admissionObject) (field.ErrorList, []string) {
 	return errs, warnings
 }
 
-// imageTag returns the tag of an image reference ("" when there is none).
-func imageTag(image string) string {
-	name := image
-	if i := strings.Index(name, "@"); i >= 0 {
-		name = name[:i]
-	}
-	last := name[strings.LastIndex(name, "/")+1:]
-	if i := strings.LastIndex(last, ":"); i >= 0 {
-		return last[i+1:]
-	}
-	return ""
+// parseImage parses an image reference with the grammar the kubelet applies before it pulls
+// (k8s.io/kubernetes pkg/util/parsers.ParseImageName: reference.ParseNormalizedNamed; containerd's
+// CRI normalizes with the same function): a registry host may have uppercase letters
+// (Registry.Example.com/x:v1), the repository path may not; a bare 64-hex image ID is refused.
+func parseImage(image string) (reference.Named, error) {
+	return reference.ParseNormalizedNamed(image)
 }

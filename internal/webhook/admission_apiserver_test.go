@@ -81,7 +81,7 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "spec.image") || !strings.Contains(err.Error(), "not a container image reference") {
 			t.Errorf("v1alpha1: got %v", err)
 		}
-		err = c.Create(ctx, &v1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "adm", Name: "bad-b"}, Spec: v1.WidgetSpec{Image: "UPPER/case:1"}})
+		err = c.Create(ctx, &v1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "adm", Name: "bad-b"}, Spec: v1.WidgetSpec{Image: "upper/Case:1"}})
 		if err == nil || !strings.Contains(err.Error(), "spec.image") {
 			t.Errorf("v1: got %v", err)
 		}

@@ -21,7 +21,17 @@ func admissionRequest(version, object string) admission.Request {
 	}}
 }
 
-// applyPatches applies a defaulting response to the object, as the apiserver would.
+// updateRequest is an UPDATE by a client of version requested, sent to the webhook as
+// version sent (they differ when matchPolicy Equivalent converted it).
+func updateRequest(requested, sent, object, old string) admission.Request {
+	req := admissionRequest(sent, object)
+	req.Operation = admissionv1.Update
+	req.RequestKind = &metav1.GroupVersionKind{Group: "widgetry.io", Version: requested, Kind: "Widget"}
+	req.OldObject = runtime.RawExtension{Raw: []byte(old)}
+	return req
+}
+
+// applyPatches applies a mutating response to the object, as the apiserver would.
 func applyPatches(t *testing.T, object string, resp admission.Response) string {
 	t.Helper()
 	if len(resp.Patches) == 0 {
@@ -42,31 +52,119 @@ func applyPatches(t *testing.T, object string, resp admission.Response) string {
 	return string(out)
 }
 
-func TestDefaulterIsIdempotentInBothVersions(t *testing.T) {
+// Stored objects in both versions: paused with an exact timeout of 1.5s, and plain.
+const (
+	storedPausedV1alpha1 = `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a","annotations":{"team":"x","widgetry.io/conversion-data":"{\"timeout\":\"1.5s\",\"paused\":true}"}},"spec":{"image":"i:1","replicas":1,"timeoutSeconds":2}}`
+	storedPausedV1       = `{"apiVersion":"widgetry.io/v1","kind":"Widget","metadata":{"name":"a","annotations":{"team":"x"}},"spec":{"image":"i:1","size":1,"timeout":"1.5s","paused":true}}`
+	storedPlainV1alpha1  = `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:1","replicas":1,"timeoutSeconds":2}}`
+)
+
+// TestDefaulterKeepsWhatV1alpha1CannotExpress: an UPDATE through v1alpha1 keeps spec.paused
+// and the exact spec.timeout of the stored object, whichever version the object is sent in,
+// and only then; the result is checked on the hub, and the webhook run again on it changes
+// nothing more.
+func TestDefaulterKeepsWhatV1alpha1CannotExpress(t *testing.T) {
 	for _, tc := range []struct {
-		version, object string
-		want            []string
+		name, requested, sent, object, old string
+		paused                             bool
+		timeout                            string
+		unpatched                          bool
 	}{
-		{"v1alpha1", `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:1"}}`, []string{`"replicas":1`, `"timeoutSeconds":30`}},
-		{"v1", `{"apiVersion":"widgetry.io/v1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:1"}}`, []string{`"size":1`, `"timeout":"30s"`}},
-		{"v1", `{"apiVersion":"widgetry.io/v1","kind":"Widget","metadata":{"name":"a"}}`, []string{`"spec":{`, `"size":1`}},
-		{"v1alpha1", `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:1","replicas":0,"timeoutSeconds":5}}`, []string{`"replicas":0`, `"timeoutSeconds":5`}},
+		{name: "replace through v1alpha1 without the annotation keeps both", requested: "v1alpha1", sent: "v1alpha1",
+			object: `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a","annotations":{"team":"x"}},"spec":{"image":"i:2","replicas":1,"timeoutSeconds":2}}`,
+			old:    storedPausedV1alpha1, paused: true, timeout: "1.5s"},
+		{name: "no annotations at all", requested: "v1alpha1", sent: "v1alpha1",
+			object: `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:2","replicas":1,"timeoutSeconds":2}}`,
+			old:    storedPausedV1alpha1, paused: true, timeout: "1.5s"},
+		{name: "changed timeoutSeconds replaces the timeout, paused stays", requested: "v1alpha1", sent: "v1alpha1",
+			object: `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:1","replicas":1,"timeoutSeconds":5}}`,
+			old:    storedPausedV1alpha1, paused: true, timeout: "5s"},
+		{name: "an annotation that says otherwise does not unpause", requested: "v1alpha1", sent: "v1alpha1",
+			object: `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a","annotations":{"widgetry.io/conversion-data":"{\"timeout\":\"1.5s\"}"}},"spec":{"image":"i:1","replicas":1,"timeoutSeconds":2}}`,
+			old:    storedPausedV1alpha1, paused: true, timeout: "1.5s"},
+		{name: "a stale annotation on a plain Widget is dropped", requested: "v1alpha1", sent: "v1alpha1",
+			object: `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a","annotations":{"widgetry.io/conversion-data":"{\"paused\":true}"}},"spec":{"image":"i:1","replicas":1,"timeoutSeconds":2}}`,
+			old:    storedPlainV1alpha1, paused: false, timeout: "2s"},
+		{name: "the object as read back through v1alpha1 needs nothing", requested: "v1alpha1", sent: "v1alpha1",
+			object: storedPausedV1alpha1, old: storedPausedV1alpha1, paused: true, timeout: "1.5s", unpatched: true},
+		{name: "a plain Widget needs nothing", requested: "v1alpha1", sent: "v1alpha1",
+			object: storedPlainV1alpha1, old: storedPlainV1alpha1, timeout: "2s", unpatched: true},
+
+		{name: "sent as v1: replace without the annotation keeps both", requested: "v1alpha1", sent: "v1",
+			object: `{"apiVersion":"widgetry.io/v1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:2","size":1,"timeout":"2s"}}`,
+			old:    storedPausedV1, paused: true, timeout: "1.5s"},
+		{name: "sent as v1: changed timeoutSeconds replaces the timeout", requested: "v1alpha1", sent: "v1",
+			object: `{"apiVersion":"widgetry.io/v1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:1","size":1,"timeout":"5s"}}`,
+			old:    storedPausedV1, paused: true, timeout: "5s"},
+		{name: "sent as v1: a paused request on an unpaused Widget is unpaused", requested: "v1alpha1", sent: "v1",
+			object: `{"apiVersion":"widgetry.io/v1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:1","size":1,"timeout":"2s","paused":true}}`,
+			old:    `{"apiVersion":"widgetry.io/v1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:1","size":1,"timeout":"2s"}}`, timeout: "2s"},
+
+		{name: "through v1 nothing is hidden: the client's values stand", requested: "v1", sent: "v1",
+			object: `{"apiVersion":"widgetry.io/v1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:1","size":1,"timeout":"2s"}}`,
+			old:    storedPausedV1, timeout: "2s", unpatched: true},
 	} {
-		first := Defaulter{}.Handle(context.Background(), admissionRequest(tc.version, tc.object))
-		if !first.Allowed {
-			t.Fatalf("%s: refused: %+v", tc.object, first.Result)
-		}
-		defaulted := applyPatches(t, tc.object, first)
-		for _, w := range tc.want {
-			if !strings.Contains(defaulted, w) {
-				t.Errorf("%s: defaulted object %s lacks %s", tc.version, defaulted, w)
+		t.Run(tc.name, func(t *testing.T) {
+			resp := Defaulter{}.Handle(context.Background(), updateRequest(tc.requested, tc.sent, tc.object, tc.old))
+			if !resp.Allowed {
+				t.Fatalf("refused: %+v", resp.Result)
 			}
-		}
-		again := Defaulter{}.Handle(context.Background(), admissionRequest(tc.version, defaulted))
-		if len(again.Patches) != 0 {
-			t.Errorf("%s: defaulting a defaulted object patches again: %v", tc.version, again.Patches)
-		}
+			if tc.unpatched != (len(resp.Patches) == 0) {
+				t.Errorf("patches %v, want none: %v", resp.Patches, tc.unpatched)
+			}
+			patched := applyPatches(t, tc.object, resp)
+			got, err := decodeWidget(metav1.GroupVersionKind{Group: "widgetry.io", Version: tc.sent, Kind: "Widget"}, []byte(patched))
+			if err != nil {
+				t.Fatalf("patched object %s: %v", patched, err)
+			}
+			if got.hub.Spec.Paused != tc.paused || got.hub.Spec.Timeout == nil || *got.hub.Spec.Timeout != tc.timeout {
+				t.Errorf("patched object %s reads as paused %v timeout %v, want %v %s", patched, got.hub.Spec.Paused, got.hub.Spec.Timeout, tc.paused, tc.timeout)
+			}
+			if strings.Contains(tc.object, `"team":"x"`) && !strings.Contains(patched, `"team":"x"`) {
+				t.Errorf("patched object %s lost the other annotations", patched)
+			}
+			again := Defaulter{}.Handle(context.Background(), updateRequest(tc.requested, tc.sent, patched, tc.old))
+			if len(again.Patches) != 0 {
+				t.Errorf("patching a patched object patches again: %v", again.Patches)
+			}
+		})
 	}
+}
+
+func TestDefaulterLeavesOtherRequestsAlone(t *testing.T) {
+	object := `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:1"}}`
+	if resp := (Defaulter{}).Handle(context.Background(), admissionRequest("v1alpha1", object)); !resp.Allowed || len(resp.Patches) != 0 {
+		t.Errorf("CREATE: %+v", resp)
+	}
+	// A stored object conversion cannot read: the update that repairs it must pass.
+	broken := `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a","annotations":{"widgetry.io/conversion-data":"nonsense"}},"spec":{"image":"i:1","timeoutSeconds":2}}`
+	resp := Defaulter{}.Handle(context.Background(), updateRequest("v1alpha1", "v1alpha1", object, broken))
+	if !resp.Allowed || len(resp.Patches) != 0 || !strings.Contains(strings.Join(resp.Warnings, ""), "could not be read") {
+		t.Errorf("update of an unreadable stored object: %+v", resp)
+	}
+}
+
+// deleting marks a Widget as being deleted, with finalizers.
+func deleting(object string, finalizers ...string) string {
+	var m map[string]any
+	if err := json.Unmarshal([]byte(object), &m); err != nil {
+		panic(err)
+	}
+	meta := m["metadata"].(map[string]any)
+	meta["deletionTimestamp"] = "2026-01-02T03:04:05Z"
+	meta["finalizers"] = finalizers
+	out, _ := json.Marshal(m)
+	return string(out)
+}
+
+func withFinalizers(object string, finalizers ...string) string {
+	var m map[string]any
+	if err := json.Unmarshal([]byte(object), &m); err != nil {
+		panic(err)
+	}
+	m["metadata"].(map[string]any)["finalizers"] = finalizers
+	out, _ := json.Marshal(m)
+	return string(out)
 }
 
 func TestValidatorFieldPathsAndWarnings(t *testing.T) {
@@ -76,6 +174,10 @@ func TestValidatorFieldPathsAndWarnings(t *testing.T) {
 		want                  []string
 	}{
 		{"bad image through v1alpha1", "v1alpha1", `{"metadata":{"name":"a"},"spec":{"image":"Bad Image"}}`, false, []string{"spec.image", "not a container image reference"}},
+		{"uppercase repository path", "v1", `{"metadata":{"name":"a"},"spec":{"image":"registry.example.com/Team/server:v1"}}`, false, []string{"spec.image", "must be lowercase"}},
+		{"a bare image ID", "v1", `{"metadata":{"name":"a"},"spec":{"image":"` + strings.Repeat("a", 64) + `"}}`, false, []string{"spec.image"}},
+		{"a digest that is not one", "v1", `{"metadata":{"name":"a"},"spec":{"image":"server@sha256:abc"}}`, false, []string{"spec.image"}},
+		{"garbage", "v1", `{"metadata":{"name":"a"},"spec":{"image":"::"}}`, false, []string{"spec.image"}},
 		{"size 0 warns with the version's field name", "v1alpha1", `{"metadata":{"name":"a"},"spec":{"image":"i:1","replicas":0}}`, true, []string{"spec.replicas is 0"}},
 		{"size 0 through v1", "v1", `{"metadata":{"name":"a"},"spec":{"image":"i:1","size":0}}`, true, []string{"spec.size is 0"}},
 		{"no tag", "v1", `{"metadata":{"name":"a"},"spec":{"image":"registry.example.com/team/server"}}`, true, []string{"has no tag"}},
@@ -83,7 +185,10 @@ func TestValidatorFieldPathsAndWarnings(t *testing.T) {
 		{"long timeout", "v1", `{"metadata":{"name":"a"},"spec":{"image":"server:1","timeout":"10m"}}`, true, []string{"spec.timeout is 10m"}},
 		{"long timeout through v1alpha1", "v1alpha1", `{"metadata":{"name":"a"},"spec":{"image":"server:1","timeoutSeconds":600}}`, true, []string{"spec.timeoutSeconds is 10m0s"}},
 		{"digest", "v1", `{"metadata":{"name":"a"},"spec":{"image":"server@sha256:` + strings.Repeat("a", 64) + `"}}`, true, nil},
+		{"latest pinned by a digest", "v1", `{"metadata":{"name":"a"},"spec":{"image":"server:latest@sha256:` + strings.Repeat("a", 64) + `"}}`, true, nil},
 		{"registry port and tag", "v1", `{"metadata":{"name":"a"},"spec":{"image":"localhost:5000/server:v1.2"}}`, true, nil},
+		{"uppercase registry host", "v1alpha1", `{"metadata":{"name":"a"},"spec":{"image":"Registry.Example.com/x:v1"}}`, true, nil},
+		{"uppercase tag", "v1", `{"metadata":{"name":"a"},"spec":{"image":"server:V1.2-RC"}}`, true, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp := Validator{}.Handle(context.Background(), admissionRequest(tc.version, tc.object))
@@ -101,6 +206,63 @@ func TestValidatorFieldPathsAndWarnings(t *testing.T) {
 			}
 			if tc.want == nil && len(resp.Warnings) > 0 {
 				t.Errorf("unexpected warnings %v", resp.Warnings)
+			}
+		})
+	}
+}
+
+// TestValidatorRatchets: on UPDATE only what the request changes is checked; an unchanged
+// invalid value passes with a warning, and a Widget being deleted can always lose its
+// finalizers.
+func TestValidatorRatchets(t *testing.T) {
+	const (
+		legacy  = `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"team/Server:v1","replicas":1,"timeoutSeconds":2}}`
+		legacy3 = `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"team/Server:v1","replicas":3,"timeoutSeconds":2}}`
+		fixed   = `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"team/server:v1","replicas":1,"timeoutSeconds":2}}`
+		// broken cannot even be decoded: its conversion data is not JSON.
+		broken      = `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a","annotations":{"widgetry.io/conversion-data":"nonsense"}},"spec":{"image":"i:1","replicas":1,"timeoutSeconds":2}}`
+		brokenBig   = `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a","annotations":{"widgetry.io/conversion-data":"nonsense"}},"spec":{"image":"i:1","replicas":3,"timeoutSeconds":2}}`
+		badTimeout  = `{"apiVersion":"widgetry.io/v1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:1","timeout":"1 second"}}`
+		badTimeout2 = `{"apiVersion":"widgetry.io/v1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:1","timeout":"2 seconds"}}`
+		badTimeoutP = `{"apiVersion":"widgetry.io/v1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:1","timeout":"1 second","paused":true}}`
+		cleanup     = "widgetry.io/catalog-cleanup"
+	)
+	for _, tc := range []struct {
+		name, version, object, old string
+		allowed                    bool
+		want                       string // in the warnings or the refusal
+	}{
+		{"unchanged invalid image, other field changed", "v1alpha1", legacy3, legacy, true, "admitted because this update does not change it"},
+		{"unchanged invalid image, finalizer added", "v1alpha1", withFinalizers(legacy, cleanup), legacy, true, "admitted because this update does not change it"},
+		{"invalid image changed to another invalid one", "v1alpha1", strings.Replace(legacy, "Server", "SERVER", 1), legacy, false, "spec.image"},
+		{"invalid image fixed", "v1alpha1", fixed, legacy, true, ""},
+		{"valid image made invalid", "v1alpha1", legacy, fixed, false, "must be lowercase"},
+		{"unchanged invalid timeout", "v1", badTimeoutP, badTimeout, true, "admitted because this update does not change it"},
+		{"invalid timeout changed to another invalid one", "v1", badTimeout2, badTimeout, false, "spec.timeout"},
+
+		{"finalizer removed from a deleting Widget with an invalid image", "v1alpha1", deleting(legacy), deleting(legacy, cleanup), true, ""},
+		{"finalizer removed from a deleting Widget conversion cannot read", "v1alpha1", deleting(broken, "a"), deleting(broken, "a", cleanup), true, ""},
+		{"finalizer removed from a Widget conversion cannot read, not deleting", "v1alpha1", withFinalizers(broken), withFinalizers(broken, cleanup), false, "conversion data"},
+		{"finalizer removed and spec changed while deleting", "v1alpha1", deleting(brokenBig), deleting(broken, cleanup), false, "conversion data"},
+		{"finalizer added while deleting", "v1alpha1", deleting(broken, cleanup, "b"), deleting(broken, cleanup), false, "conversion data"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := Validator{}.Handle(context.Background(), updateRequest(tc.version, tc.version, tc.object, tc.old))
+			if resp.Allowed != tc.allowed {
+				t.Fatalf("allowed %v, want %v: %+v", resp.Allowed, tc.allowed, resp.Result)
+			}
+			text := strings.Join(resp.Warnings, "\n")
+			if resp.Result != nil {
+				text += resp.Result.Message
+			}
+			if !strings.Contains(text, tc.want) {
+				t.Errorf("%q does not mention %q", text, tc.want)
+			}
+			if tc.allowed {
+				// The mutating webhook must not stand in the way either.
+				if m := (Defaulter{}).Handle(context.Background(), updateRequest(tc.version, tc.version, tc.object, tc.old)); !m.Allowed {
+					t.Errorf("the mutating webhook refuses: %+v", m.Result)
+				}
 			}
 		})
 	}

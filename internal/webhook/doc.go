@@ -1,6 +1,6 @@
 // Package webhook holds the HTTP handlers the manager serves on its one HTTPS webhook server:
-// CRD conversion (ConvertPath, ConversionHandler), defaulting (MutatePath, Defaulter) and
-// validation (ValidatePath, Validator) of Widgets.
+// CRD conversion (ConvertPath, ConversionHandler), keeping what old clients cannot see
+// (MutatePath, Defaulter) and validation (ValidatePath, Validator) of Widgets.
 //
 // # The admission chain
 //
@@ -10,12 +10,18 @@
 // request through either version reaches them, and failurePolicy Fail, so a write is refused
 // rather than let through unchecked while the webhooks are down. What follows for the
 // handlers:
-//   - The apiserver does not guarantee an order among mutating webhooks, and another one may
-//     run after ours. The Defaulter therefore only adds fields that are missing, as JSON patch
-//     add operations, with the same defaults as the CRD schema: running it twice, or after
-//     another webhook, or after the schema's own defaulting, changes nothing more.
+//   - The CRD schema's defaults, the same in both versions, run before any webhook; the
+//     mutating webhook adds none of its own. It runs on UPDATE only, and on an update through
+//     v1alpha1 (requestKind) keeps what v1alpha1 cannot express from the stored object —
+//     spec.paused always, the exact spec.timeout while it still rounds to the request's
+//     timeoutSeconds — so a client that rebuilds the object (kubectl replace) loses nothing.
+//     Its patch is idempotent: a second run, or one after another webhook, changes nothing.
 //   - The Validator sees the object after all mutation. It refuses what the schema cannot
-//     express and warns about risky but legal values, without changing anything.
+//     express and warns about risky but legal values, without changing anything. On UPDATE it
+//     ratchets: only fields the request changes are checked (an unchanged legacy value, stored
+//     while the webhooks were away, is admitted with a warning), and an update of an object
+//     being deleted that only removes finalizers is always admitted, so it can leave. Images
+//     follow the reference grammar the kubelet uses (github.com/distribution/reference).
 //   - Both decode the object in the request's version and convert v1alpha1 to the v1 hub
 //     in-process (internal/conversion), so one set of checks serves both versions without a
 //     round trip through the conversion webhook, and both name fields as the request's

@@ -178,4 +178,22 @@ groups:
           description: The apiserver served {{ "{{" }} $value | humanize {{ "}}" }} requests/s for {{ "{{" }} $labels.resource {{ "}}" }}.{{ "{{" }} $labels.group {{ "}}" }}/{{ "{{" }} $labels.version {{ "}}" }} over the last hour. These clients break at the unserve stage; find and move them to v1 first.
           runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetDeprecatedVersionInUse.md
           summary: Clients still use the deprecated Widget version.
+      - alert: WidgetCRDBreakGlass
+        expr: max by (namespace, job, crd) (widget_crd_break_glass{job="{{ .Values.monitoring.job }}"}) == 1
+        for: 1m
+        labels:
+          severity: warning
+        annotations:
+          description: '{{ "{{" }} $labels.crd {{ "}}" }} carries the widgetry.io/break-glass annotation: changes to it pass the stage guard (the ValidatingAdmissionPolicy) unchecked. Finish the procedure and remove the annotation.'
+          runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetCRDBreakGlass.md
+          summary: The Widget CRD is changed under break-glass.
+      - alert: WidgetControllerPaused
+        expr: max by (namespace, job) (widget_controller_paused{job="{{ .Values.monitoring.job }}"}) == 1
+        for: 15m
+        labels:
+          severity: warning
+        annotations:
+          description: 'The pause marker (ConfigMap widget-operator-paused in namespace {{ "{{" }} $labels.namespace {{ "}}" }}) has stopped the controller for 15 minutes: no Widget gets its Deployment, Service, finalizer or status updated. It is left by a failed or interrupted helm uninstall.'
+          runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetControllerPaused.md
+          summary: The Widget controller is paused.
 {{ end }}

@@ -1,0 +1,369 @@
+//go:build envtest
+
+package chart
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/testenv"
+	"github.com/widgetry/widget-operator/internal/testenv/testcerts"
+	"github.com/widgetry/widget-operator/internal/upgrade"
+)
+
+// storedAt is what status.storedVersions holds at each stage once its hooks have run.
+var storedAt = map[crd.Stage][]string{
+	crd.StageInitial: {"v1alpha1"}, crd.StageAddVersion: {"v1alpha1"}, crd.StageFlipStorage: {"v1alpha1", "v1"},
+	crd.StageMigrate: {"v1"}, crd.StageUnserve: {"v1"},
+}
+
+// guardEnv is a real apiserver with the chart's stage guard (the ValidatingAdmissionPolicy and
+// its binding, as rendered) and nothing else of the chart.
+type guardEnv struct {
+	t   *testing.T
+	env *testenv.Env
+	// auditLog is the apiserver's audit log (level Metadata for CRDs), where the guard's
+	// audit annotations land.
+	auditLog string
+}
+
+func startGuard(t *testing.T) *guardEnv {
+	t.Helper()
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "audit-policy.yaml")
+	err := os.WriteFile(policy, []byte(`apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    resources: [{group: apiextensions.k8s.io, resources: [customresourcedefinitions]}]
+  - level: None
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &guardEnv{t: t, auditLog: filepath.Join(dir, "audit.log")}
+	// kube-controller-manager writes the policy's status.typeChecking.
+	g.env = testenv.Start(t, testenv.Options{ControllerManager: true,
+		APIServerFlags: map[string]string{"audit-policy-file": policy, "audit-log-path": g.auditLog}})
+	objs := render(t, nil)
+	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+		parts := objs.Kind(kind)
+		if len(parts) != 1 {
+			t.Fatalf("the chart renders %d %s, want 1", len(parts), kind)
+		}
+		if err := g.env.Client.Create(t.Context(), parts[0].DeepCopy()); err != nil {
+			t.Fatalf("create %s: %v", kind, err)
+		}
+	}
+	// The policy's expressions type-check against the CRD type without a warning.
+	testenv.Eventually(t, 30*time.Second, "the stage guard type-checked", func() error {
+		u := objs.Kind("ValidatingAdmissionPolicy")[0].DeepCopy()
+		if err := g.env.Client.Get(t.Context(), client.ObjectKeyFromObject(u), u); err != nil {
+			return err
+		}
+		tc, found, _ := unstructured.NestedMap(u.Object, "status", "typeChecking")
+		if !found {
+			return fmt.Errorf("no status.typeChecking yet")
+		}
+		if w, _, _ := unstructured.NestedSlice(tc, "expressionWarnings"); len(w) > 0 {
+			t.Fatalf("the stage guard's expressions do not type-check: %v", w)
+		}
+		return nil
+	})
+	// The admission plugin picks the policy up a moment after it exists: wait until a jump
+	// is refused, on a CRD made for this and deleted again.
+	g.create(crd.StageInitial)
+	testenv.Eventually(t, 30*time.Second, "the stage guard refuses initial -> unserve", func() error {
+		if err := g.move(crd.StageUnserve, true); !isGuard(err) {
+			return fmt.Errorf("not refused by the guard yet: %w", err)
+		}
+		return nil
+	})
+	g.delete()
+	return g
+}
+
+// at returns the CRD as the chart renders it at stage.
+func (g *guardEnv) at(stage crd.Stage) *apiextensionsv1.CustomResourceDefinition {
+	g.t.Helper()
+	u := render(g.t, set("apiUpgrade.stage", string(stage))).Get("CustomResourceDefinition", crd.WidgetName)
+	c := &apiextensionsv1.CustomResourceDefinition{}
+	if err := Into(u, c); err != nil {
+		g.t.Fatal(err)
+	}
+	return c
+}
+
+// create creates the CRD at stage with the storedVersions its hooks leave.
+func (g *guardEnv) create(stage crd.Stage) {
+	g.t.Helper()
+	c := g.at(stage)
+	if err := g.env.Client.Create(g.t.Context(), c); err != nil {
+		g.t.Fatalf("create the CRD at %s: %v", stage, err)
+	}
+	testenv.Eventually(g.t, 30*time.Second, "the CRD Established", func() error {
+		c = g.live()
+		for _, cond := range c.Status.Conditions {
+			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %v", c.Status.Conditions)
+	})
+	if !slices.Equal(c.Status.StoredVersions, storedAt[stage]) {
+		c.Status.StoredVersions = storedAt[stage]
+		if err := g.env.Client.Status().Update(g.t.Context(), c); err != nil {
+			g.t.Fatalf("storedVersions %v: %v", storedAt[stage], err)
+		}
+	}
+}
+
+func (g *guardEnv) delete() {
+	g.t.Helper()
+	c := &apiextensionsv1.CustomResourceDefinition{}
+	c.Name = crd.WidgetName
+	if err := g.env.Client.Delete(g.t.Context(), c); err != nil {
+		g.t.Fatal(err)
+	}
+	testenv.Eventually(g.t, time.Minute, "the CRD deleted", func() error {
+		if err := g.env.Client.Get(g.t.Context(), client.ObjectKey{Name: crd.WidgetName}, c); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there: %w", err)
+		}
+		return nil
+	})
+}
+
+func (g *guardEnv) live() *apiextensionsv1.CustomResourceDefinition {
+	g.t.Helper()
+	c := &apiextensionsv1.CustomResourceDefinition{}
+	if err := g.env.Client.Get(g.t.Context(), client.ObjectKey{Name: crd.WidgetName}, c); err != nil {
+		g.t.Fatal(err)
+	}
+	return c
+}
+
+// move sets the live CRD's versions to stage's, as the chart renders them (a dry run leaves
+// the CRD as it is; admission runs all the same).
+func (g *guardEnv) move(stage crd.Stage, dryRun bool) error {
+	g.t.Helper()
+	c := g.live()
+	c.Spec.Versions = g.at(stage).Spec.Versions
+	var opts []client.UpdateOption
+	if dryRun {
+		opts = append(opts, client.DryRunAll)
+	}
+	return g.env.Client.Update(g.t.Context(), c, opts...)
+}
+
+// isGuard reports whether err is the stage guard's refusal.
+func isGuard(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy 'widgets.widgetry.io-stage-guard'")
+}
+
+// TestStageGuardAgreesWithThePlan applies every change from one stage's CRD to another's on a
+// real apiserver and checks the chart's stage guard against the engine: it admits exactly
+// the changes upgrade.Plan makes in one step, minus unserving a version still stored; every
+// refusal names a runbook.
+func TestStageGuardAgreesWithThePlan(t *testing.T) {
+	g := startGuard(t)
+	cfg := upgrade.WidgetConfig()
+	for _, from := range crd.Stages {
+		g.create(from)
+		o := upgrade.ObserveCRD(g.live(), cfg)
+		if o.Stage != from || o.Inconsistent != "" {
+			t.Fatalf("created at %s, observed %s (%s)", from, o.StageLabel(), o.Inconsistent)
+		}
+		for _, to := range crd.Stages {
+			_, planErr := upgrade.Plan(o, cfg, to)
+			old := crd.Version(g.at(to), "v1alpha1")
+			unservesStored := old != nil && !old.Served && slices.Contains(storedAt[from], "v1alpha1")
+			want := planErr == nil && !unservesStored
+			err := g.move(to, true)
+			// The apiserver's own validation runs before admission: it refuses dropping a
+			// stored version from spec.versions before the guard sees the change.
+			builtin := err != nil && strings.Contains(err.Error(), "missing from spec.versions")
+			switch {
+			case want && isGuard(err):
+				t.Errorf("%s -> %s: the plan takes it in one step, the guard refuses: %v", from, to, err)
+			case want && err != nil && !builtin:
+				t.Errorf("%s -> %s: refused: %v", from, to, err)
+			case !want && err == nil:
+				t.Errorf("%s -> %s: the plan refuses (%v), the apiserver admits it", from, to, planErr)
+			case !want && !isGuard(err) && !builtin:
+				t.Errorf("%s -> %s: refused, but not by the guard: %v", from, to, err)
+			case isGuard(err) && !strings.Contains(err.Error(), "runbooks/"):
+				t.Errorf("%s -> %s: the refusal names no runbook: %v", from, to, err)
+			}
+		}
+		g.delete()
+	}
+}
+
+// TestStageGuardBypassesAndBreakGlass: the ways around the chart's hooks — kubectl apply of an
+// old CRD manifest, kubectl patch of the flags or of the conversion — are refused by the
+// apiserver with the runbook named and leave the CRD as it was; the break-glass annotation
+// lets the conversion-outage procedure through and its repair back; the rules ratchet, so an
+// inconsistent CRD still takes cainjector's writes and the plan's repair.
+func TestStageGuardBypassesAndBreakGlass(t *testing.T) {
+	g := startGuard(t)
+	unchanged := func(t *testing.T, before *apiextensionsv1.CustomResourceDefinition) {
+		t.Helper()
+		if after := g.live(); !reflect.DeepEqual(after.Spec, before.Spec) || !reflect.DeepEqual(after.Annotations, before.Annotations) {
+			t.Errorf("a refused change changed the CRD:\n%s", cmp.Diff(before.Spec, after.Spec))
+		}
+	}
+	refused := func(t *testing.T, out string, err error, want string) {
+		t.Helper()
+		if !isGuard(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("want the stage guard's refusal naming %q, got %v:\n%s", want, err, out)
+		}
+	}
+	manifest := func(t *testing.T, stage crd.Stage) string {
+		t.Helper()
+		c := g.at(stage)
+		c.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+		b, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(t.TempDir(), string(stage)+".json")
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+
+	g.create(crd.StageUnserve)
+	t.Run("kubectl apply of the add-version manifest at unserve", func(t *testing.T) {
+		before := g.live()
+		out, err := g.env.Kubectl(t, "apply", "--server-side", "--force-conflicts", "-f", manifest(t, crd.StageAddVersion))
+		refused(t, out, err, "runbooks/upgrade/README.md")
+		unchanged(t, before)
+	})
+	g.delete()
+
+	g.create(crd.StageAddVersion)
+	t.Run("kubectl patch: a storage version that is not served", func(t *testing.T) {
+		before := g.live()
+		var ops []string
+		for i, v := range before.Spec.Versions {
+			// v1 becomes the storage version, unserved; v1alpha1 (stored) stays served.
+			ops = append(ops, fmt.Sprintf(`{"op":"replace","path":"/spec/versions/%d/storage","value":%t}`, i, v.Name == "v1"),
+				fmt.Sprintf(`{"op":"replace","path":"/spec/versions/%d/served","value":%t}`, i, v.Name != "v1"))
+		}
+		out, err := g.env.Kubectl(t, "patch", "crd", crd.WidgetName, "--type=json", "-p", "["+strings.Join(ops, ",")+"]")
+		// The apiserver lists a new storage version in storedVersions before admission runs.
+		refused(t, out, err, "(the storage version included) must be served")
+		unchanged(t, before)
+	})
+	g.delete()
+
+	g.create(crd.StageMigrate)
+	t.Run("kubectl patch: the stored version unserved", func(t *testing.T) {
+		before := g.live()
+		i := slices.IndexFunc(before.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool { return v.Storage })
+		out, err := g.env.Kubectl(t, "patch", "crd", crd.WidgetName, "--type=json", "-p", fmt.Sprintf(`[{"op":"replace","path":"/spec/versions/%d/served","value":false}]`, i))
+		refused(t, out, err, "runbooks/upgrade/migrate.md")
+		unchanged(t, before)
+	})
+	conversionNone := `{"spec":{"conversion":{"strategy":"None","webhook":null}}}`
+	t.Run("kubectl patch: conversion None with two versions served", func(t *testing.T) {
+		before := g.live()
+		out, err := g.env.Kubectl(t, "patch", "crd", crd.WidgetName, "--type=merge", "-p", conversionNone)
+		refused(t, out, err, "runbooks/procedures/conversion-webhook-outage.md")
+		unchanged(t, before)
+	})
+	t.Run("break-glass: the outage procedure and its way back", func(t *testing.T) {
+		out, err := g.env.Kubectl(t, "patch", "crd", crd.WidgetName, "--type=merge", "-p",
+			`{"metadata":{"annotations":{"widgetry.io/break-glass":"INC-1: conversion webhook down"}},"spec":{"conversion":{"strategy":"None","webhook":null}}}`)
+		if err != nil {
+			t.Fatalf("break-glass refused: %v\n%s", err, out)
+		}
+		if s := g.live().Spec.Conversion.Strategy; s != apiextensionsv1.NoneConverter {
+			t.Fatalf("conversion %s after the break-glass patch", s)
+		}
+		// The audit log records the change with the reason.
+		testenv.Eventually(t, 10*time.Second, "the break-glass reason in the audit log", func() error {
+			b, err := os.ReadFile(g.auditLog)
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(string(b), `"widgets.widgetry.io-stage-guard/break-glass":"INC-1: conversion webhook down"`) {
+				return fmt.Errorf("not in the audit log (%d bytes)", len(b))
+			}
+			return nil
+		})
+		// Removing the annotation first leaves the breach as it was: admitted (ratchet).
+		if out, err := g.env.Kubectl(t, "annotate", "crd", crd.WidgetName, "widgetry.io/break-glass-"); err != nil {
+			t.Fatalf("removing the annotation: %v\n%s", err, out)
+		}
+		// Restoring the webhook repairs it: admitted without break-glass.
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			c := g.live()
+			c.Spec.Conversion = g.at(crd.StageMigrate).Spec.Conversion
+			return g.env.Client.Update(t.Context(), c)
+		})
+		if err != nil {
+			t.Fatalf("restoring the conversion webhook: %v", err)
+		}
+	})
+	g.delete()
+
+	g.create(crd.StageFlipStorage)
+	t.Run("an inconsistent CRD takes cainjector's writes and the plan's repair", func(t *testing.T) {
+		// v1alpha1 unserved while stored, under break-glass (as before the guard existed).
+		update := func(change func(c *apiextensionsv1.CustomResourceDefinition)) error {
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				c := g.live()
+				change(c)
+				return g.env.Client.Update(t.Context(), c)
+			})
+		}
+		err := update(func(c *apiextensionsv1.CustomResourceDefinition) {
+			c.Annotations = map[string]string{"widgetry.io/break-glass": "test: make it inconsistent"}
+			c.Spec.Versions = g.at(crd.StageUnserve).Spec.Versions
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = update(func(c *apiextensionsv1.CustomResourceDefinition) {
+			delete(c.Annotations, "widgetry.io/break-glass")
+			c.Spec.Conversion.Webhook.ClientConfig.CABundle = testcerts.NewCA(t, "cainjector stand-in").PEM
+		})
+		if err != nil {
+			t.Fatalf("the annotation's removal and a caBundle write on the inconsistent CRD: %v", err)
+		}
+		cfg := upgrade.WidgetConfig()
+		o := upgrade.ObserveCRD(g.live(), cfg)
+		if o.Inconsistent == "" {
+			t.Fatalf("observed %s, want inconsistent", o.StageLabel())
+		}
+		steps, err := upgrade.Plan(o, cfg, crd.StageMigrate)
+		if err != nil || len(steps) != 1 || !steps[0].Repair {
+			t.Fatalf("plan from inconsistent to migrate: %+v %v", steps, err)
+		}
+		if err := upgrade.Apply(t.Context(), g.env.Client, cfg, o, steps[0]); err != nil {
+			t.Fatalf("the repair: %v", err)
+		}
+		if o := upgrade.ObserveCRD(g.live(), cfg); o.Stage != crd.StageFlipStorage {
+			t.Errorf("after the repair: %s (%s), want flip-storage", o.StageLabel(), o.Inconsistent)
+		}
+	})
+	g.delete()
+}
