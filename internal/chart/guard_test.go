@@ -249,39 +249,47 @@ func TestStageGuardBypassesAndBreakGlass(t *testing.T) {
 		return f
 	}
 
-	g.create(crd.StageUnserve)
-	t.Run("kubectl apply of the add-version manifest at unserve", func(t *testing.T) {
-		before := g.live()
-		out, err := g.env.Kubectl(t, "apply", "--server-side", "--force-conflicts", "-f", manifest(t, crd.StageAddVersion))
-		refused(t, out, err, "runbooks/upgrade/README.md")
-		unchanged(t, before)
-	})
-	g.delete()
-
-	g.create(crd.StageAddVersion)
-	t.Run("kubectl patch: a storage version that is not served", func(t *testing.T) {
-		before := g.live()
-		var ops []string
-		for i, v := range before.Spec.Versions {
-			// v1 becomes the storage version, unserved; v1alpha1 (stored) stays served.
-			ops = append(ops, fmt.Sprintf(`{"op":"replace","path":"/spec/versions/%d/storage","value":%t}`, i, v.Name == "v1"),
-				fmt.Sprintf(`{"op":"replace","path":"/spec/versions/%d/served","value":%t}`, i, v.Name != "v1"))
-		}
-		out, err := g.env.Kubectl(t, "patch", "crd", crd.WidgetName, "--type=json", "-p", "["+strings.Join(ops, ",")+"]")
+	for _, tc := range []struct {
+		name  string
+		stage crd.Stage
+		// kubectl is the command's arguments, given the CRD as created.
+		kubectl func(t *testing.T, live *apiextensionsv1.CustomResourceDefinition) []string
+		want    string
+	}{{
+		name: "kubectl apply of the add-version manifest at unserve", stage: crd.StageUnserve, want: "runbooks/upgrade/README.md",
+		kubectl: func(t *testing.T, _ *apiextensionsv1.CustomResourceDefinition) []string {
+			return []string{"apply", "--server-side", "--force-conflicts", "-f", manifest(t, crd.StageAddVersion)}
+		},
+	}, {
 		// The apiserver lists a new storage version in storedVersions before admission runs.
-		refused(t, out, err, "(the storage version included) must be served")
-		unchanged(t, before)
-	})
-	g.delete()
+		name: "kubectl patch at add-version: a storage version that is not served", stage: crd.StageAddVersion, want: "(the storage version included) must be served",
+		kubectl: func(_ *testing.T, live *apiextensionsv1.CustomResourceDefinition) []string {
+			var ops []string
+			for i, v := range live.Spec.Versions {
+				// v1 becomes the storage version, unserved; v1alpha1 (stored) stays served.
+				ops = append(ops, fmt.Sprintf(`{"op":"replace","path":"/spec/versions/%d/storage","value":%t}`, i, v.Name == "v1"),
+					fmt.Sprintf(`{"op":"replace","path":"/spec/versions/%d/served","value":%t}`, i, v.Name != "v1"))
+			}
+			return []string{"patch", "crd", crd.WidgetName, "--type=json", "-p", "[" + strings.Join(ops, ",") + "]"}
+		},
+	}, {
+		name: "kubectl patch at migrate: the stored version unserved", stage: crd.StageMigrate, want: "runbooks/upgrade/migrate.md",
+		kubectl: func(_ *testing.T, live *apiextensionsv1.CustomResourceDefinition) []string {
+			i := slices.IndexFunc(live.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool { return v.Storage })
+			return []string{"patch", "crd", crd.WidgetName, "--type=json", "-p", fmt.Sprintf(`[{"op":"replace","path":"/spec/versions/%d/served","value":false}]`, i)}
+		},
+	}} {
+		g.create(tc.stage)
+		t.Run(tc.name, func(t *testing.T) {
+			before := g.live()
+			out, err := g.env.Kubectl(t, tc.kubectl(t, before)...)
+			refused(t, out, err, tc.want)
+			unchanged(t, before)
+		})
+		g.delete()
+	}
 
 	g.create(crd.StageMigrate)
-	t.Run("kubectl patch: the stored version unserved", func(t *testing.T) {
-		before := g.live()
-		i := slices.IndexFunc(before.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool { return v.Storage })
-		out, err := g.env.Kubectl(t, "patch", "crd", crd.WidgetName, "--type=json", "-p", fmt.Sprintf(`[{"op":"replace","path":"/spec/versions/%d/served","value":false}]`, i))
-		refused(t, out, err, "runbooks/upgrade/migrate.md")
-		unchanged(t, before)
-	})
 	conversionNone := `{"spec":{"conversion":{"strategy":"None","webhook":null}}}`
 	t.Run("kubectl patch: conversion None with two versions served", func(t *testing.T) {
 		before := g.live()

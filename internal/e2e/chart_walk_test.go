@@ -119,6 +119,9 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 	}
 	w.verify(crd.StageInitial)
 
+	// revisions is the release revision of each stage, for the way back by helm rollback.
+	revisions := map[crd.Stage]int{}
+	revisions[crd.StageInitial] = 1
 	for _, stage := range crd.Stages[1:] {
 		start := time.Now()
 		w.mustHelm("upgrade", "widget-operator", chart, "--reuse-values", "--set", "apiUpgrade.stage="+string(stage), "--wait", "--timeout", "5m")
@@ -136,6 +139,7 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 		if len(widgetenv.Served(stage)) > 1 {
 			w.refusedUninstall(stage)
 		}
+		revisions[stage], _ = w.release()
 	}
 
 	// back is one step back to stage by helm args (rollback or upgrade), then the checks; the
@@ -172,16 +176,12 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 		}
 	}
 
-	// Otherwise helm rollback one stage at a time. Revisions: 1 initial, 2 the refused skip,
-	// 3 add-version, 4 flip-storage, 5 migrate, 6 unserve.
-	for _, step := range []struct {
-		rev   int
-		stage crd.Stage
-	}{{5, crd.StageMigrate}, {4, crd.StageFlipStorage}, {3, crd.StageAddVersion}, {1, crd.StageInitial}} {
+	// Otherwise helm rollback one stage at a time, to the revision each stage had.
+	for _, stage := range []crd.Stage{crd.StageMigrate, crd.StageFlipStorage, crd.StageAddVersion, crd.StageInitial} {
 		if viaUninstall {
 			break
 		}
-		back(step.stage, "rollback", "widget-operator", strconv.Itoa(step.rev))
+		back(stage, "rollback", "widget-operator", strconv.Itoa(revisions[stage]))
 	}
 
 	out = w.mustHelm("test", "widget-operator", "--timeout", "3m")
@@ -191,6 +191,10 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 }
 
 func (w *e2e) runHelm(args ...string) (string, error) {
+	if args[0] == "upgrade" || args[0] == "rollback" {
+		// Keep every revision: the walk rolls back to its first (Helm keeps 10 by default).
+		args = append(args, "--history-max", "0")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	out, err := w.c.Command(ctx, w.helm, append(args, "--namespace", releaseNamespace)...).CombinedOutput()

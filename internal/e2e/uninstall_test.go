@@ -3,7 +3,9 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
+	"strconv"
 	"slices"
 	"strings"
 	"time"
@@ -35,8 +37,15 @@ func (w *e2e) refusedUninstall(stage crd.Stage) {
 			w.t.Errorf("the refused uninstall at %s does not say %q:\n%s", stage, want, out)
 		}
 	}
-	if status := w.mustHelm("status", "widget-operator", "-o", "json"); !strings.Contains(status, `"status":"deployed"`) {
-		w.t.Errorf("after the refused uninstall at %s the release is not deployed:\n%.500s", stage, status)
+	// Helm marks the release uninstalling before it runs the pre-delete hook; a rollback to
+	// the same revision (the same stage) marks it deployed again, as the refusal says.
+	rev, status := w.release()
+	if status != "uninstalling" && status != "deployed" {
+		w.t.Errorf("after the refused uninstall at %s the release is %s", stage, status)
+	}
+	w.mustHelm("rollback", "widget-operator", strconv.Itoa(rev), "--wait", "--timeout", "3m")
+	if _, status := w.release(); status != "deployed" {
+		w.t.Errorf("after the rollback to revision %d the release is %s", rev, status)
 	}
 	if after := w.crd(); after.ResourceVersion != before.ResourceVersion {
 		w.t.Errorf("the refused uninstall at %s changed the CRD", stage)
@@ -46,6 +55,20 @@ func (w *e2e) refusedUninstall(stage crd.Stage) {
 		w.t.Errorf("after the refused uninstall at %s the pause marker: %v, want NotFound", stage, err)
 	}
 	w.verify(stage)
+}
+
+// release returns the release's last revision and its status.
+func (w *e2e) release() (int, string) {
+	w.t.Helper()
+	var history []struct {
+		Revision int    `json:"revision"`
+		Status   string `json:"status"`
+	}
+	out := w.mustHelm("history", "widget-operator", "-o", "json", "--max", "1")
+	if err := json.Unmarshal([]byte(out), &history); err != nil || len(history) == 0 {
+		w.t.Fatalf("helm history: %v\n%s", err, out)
+	}
+	return history[len(history)-1].Revision, history[len(history)-1].Status
 }
 
 // doomedWidgets creates a namespace holding two Widgets (through the first served version) and

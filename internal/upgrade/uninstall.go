@@ -38,7 +38,8 @@ func CheckUninstall(live *apiextensionsv1.CustomResourceDefinition) error {
 	return &Refusal{
 		Message: fmt.Sprintf("uninstall refused before any change: CRD %s serves %s (storage %s), so reads through every version but the one an object is stored in need the conversion webhook, which goes with the release; those reads, garbage collection of its objects and deletion of namespaces holding them would fail until the operator is installed again",
 			live.Name, strings.Join(served, " and "), storage),
-		Next: "finish the walk to unserve (runbooks/upgrade/unserve.md) or roll back to initial (runbooks/upgrade/add-version.md#rollback), then uninstall; " +
+		Next: "nothing in the cluster changed, but Helm now marks the release uninstalling: helm rollback <release> <its current revision> (helm history lists it) marks it deployed again; " +
+			"then finish the walk to unserve (runbooks/upgrade/unserve.md) or roll back to initial (runbooks/upgrade/add-version.md#rollback), and uninstall; " +
 			"or accept the outage: helm upgrade --reuse-values --set apiUpgrade.allowUnsafeUninstall=true, then helm uninstall (runbooks/upgrade/README.md#uninstall-at-a-stage)",
 	}
 }

@@ -302,4 +302,32 @@ func TestRefusals(t *testing.T) {
 		expect(t, r.step(crd.StageInitial), "nothing-stored-as-new", "widgetctl migrate --crd widgets.widgetry.io --to v1alpha1", "runbooks/upgrade/add-version.md")
 		unchanged(t, before)
 	})
+	t.Run("the way back from an inconsistent CRD", func(t *testing.T) {
+		// v1alpha1 unserved while still stored: a jump made past the chart (this apiserver has
+		// no stage guard).
+		live := &apiextensionsv1.CustomResourceDefinition{}
+		if err := r.env.Client.Get(context.Background(), client.ObjectKey{Name: crd.WidgetName}, live); err != nil {
+			t.Fatal(err)
+		}
+		if err := crd.ApplyStageFlags(live, crd.StageUnserve); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.env.Client.Update(context.Background(), live); err != nil {
+			t.Fatal(err)
+		}
+		o := r.observe()
+		if o.Inconsistent == "" {
+			t.Fatalf("observed %s, want inconsistent", o.StageLabel())
+		}
+		before := r.observe()
+		expect(t, r.step(crd.StageUnserve), "does not repair it", "add-version, flip-storage, migrate", "runbooks/upgrade/README.md#inconsistent")
+		unchanged(t, before)
+		if err := r.step(crd.StageAddVersion); err != nil {
+			t.Fatalf("the repair to add-version: %v", err)
+		}
+		if o := r.observe(); o.Stage != crd.StageAddVersion || o.Inconsistent != "" {
+			t.Fatalf("after the repair: %s", o.StageLabel())
+		}
+		r.verify(crd.StageAddVersion)
+	})
 }

@@ -30,6 +30,19 @@ type warnings struct {
 	seen []string
 }
 
+// warningClient is a client of env that keeps the warnings the apiserver answers with.
+func warningClient(t *testing.T, env *testenv.Env) (client.Client, *warnings) {
+	t.Helper()
+	seen := &warnings{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WarningHandler = seen
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, seen
+}
+
 func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -54,13 +67,7 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 	if out, err := env.Kubectl(t, "create", "namespace", "adm"); err != nil {
 		t.Fatal(err, out)
 	}
-	seen := &warnings{}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.WarningHandler = seen
-	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, seen := warningClient(t, env)
 
 	t.Run("defaults through both versions", func(t *testing.T) {
 		a := &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "adm", Name: "defaults-a"}, Spec: v1alpha1.WidgetSpec{Image: "srv:1"}}

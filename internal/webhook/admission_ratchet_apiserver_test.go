@@ -43,13 +43,7 @@ func TestLegacyWidgetIsMigratedAndDeleted(t *testing.T) {
 	if out, err := env.Kubectl(t, "create", "namespace", ns); err != nil {
 		t.Fatal(err, out)
 	}
-	seen := &warnings{}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.WarningHandler = seen
-	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, seen := warningClient(t, env)
 
 	restore := removeWebhookConfigurations(t, env.Client)
 	legacy := &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "legacy"}, Spec: v1alpha1.WidgetSpec{Image: legacyImage}}
