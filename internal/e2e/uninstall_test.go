@@ -5,8 +5,8 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
