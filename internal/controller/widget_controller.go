@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
@@ -102,8 +103,17 @@ func (r *WidgetReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 	}
 	// Beside controller-runtime's metrics, served with them by the webhook manager. Every
 	// replica runs this setup and its manager's cache, so standbys report the pause too.
-	if err := crmetrics.Registry.Register(NewPausedCollector(r.paused, mgr.GetLogger().WithName("metrics"))); err != nil {
-		return fmt.Errorf("register %s: %w", PausedMetricName, err)
+	// A controller set up again after a failure replaces the collector of the one before.
+	collector := NewPausedCollector(r.paused, mgr.GetLogger().WithName("metrics"))
+	if err := crmetrics.Registry.Register(collector); err != nil {
+		var already prometheus.AlreadyRegisteredError
+		if !errors.As(err, &already) {
+			return fmt.Errorf("register %s: %w", PausedMetricName, err)
+		}
+		crmetrics.Registry.Unregister(already.ExistingCollector)
+		if err := crmetrics.Registry.Register(collector); err != nil {
+			return fmt.Errorf("register %s: %w", PausedMetricName, err)
+		}
 	}
 	return nil
 }

@@ -29,9 +29,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -152,15 +154,32 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		return err
 	}
 
-	controllerMgr, err := newControllerManager(cfg, opts, s)
+	ctrlMetrics, err := newControllerMetrics(metrics.Registry)
 	if err != nil {
-		return err
+		return fmt.Errorf("register controller metrics: %w", err)
 	}
-	if err := setupReconcilers(ctx, controllerMgr, opts); err != nil {
-		return err
+	// Built anew after every failure (superviseController): the controller's setup reads the
+	// CRD, and a missing CRD, an unknown storage version or RBAC denied must not stop the
+	// webhooks.
+	buildController := func(ctx context.Context) (ctrl.Manager, error) {
+		controllerMgr, err := newControllerManager(cfg, opts, s)
+		if err != nil {
+			return nil, err
+		}
+		if err := setupReconcilers(ctx, controllerMgr, opts); err != nil {
+			return nil, err
+		}
+		return controllerMgr, nil
 	}
-
-	return runManagers(ctx, log, opts, &draining, webhookMgr, controllerMgr)
+	return runManagers(ctx, log, opts, &draining, webhookMgr, func(ctx context.Context) {
+		superviseController(ctx, log.WithName("supervisor"), ctrlMetrics, newControllerBackoff(), func() (starter, error) {
+			m, err := buildController(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return m, nil
+		})
+	})
 }
 
 // newWebhookManager creates the manager of every replica, leader or not: it owns the one
@@ -312,6 +331,8 @@ func newControllerManager(cfg *rest.Config, opts Options, scheme *runtime.Scheme
 		RetryPeriod:                         &retryPeriod,
 		GracefulShutdownTimeout:             &opts.GracefulShutdownTimeout,
 		Cache:                               controllerCache(opts.Namespace),
+		// The supervisor builds the controller again, under the same name, after a failure.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create the controller manager: %w", err)
@@ -335,20 +356,21 @@ func setupReconcilers(ctx context.Context, controllerMgr ctrl.Manager, opts Opti
 	return nil
 }
 
-// runManagers starts both managers, each under its own context detached from ctx, and waits
-// for ctx to end or for either manager to stop; then it shuts down in order. Readiness fails
-// first (draining), the controller stops and releases its lease, the webhooks keep serving
-// for DrainDelay while endpoints are removed (or until they stop by themselves), then stop.
-// The first error wins; a clean shutdown returns nil.
-func runManagers(ctx context.Context, log logr.Logger, opts Options, draining *atomic.Bool, webhookMgr, controllerMgr ctrl.Manager) error {
+// runManagers starts the webhook manager and the controller (runController, which returns
+// only once its context ends: failures are retried inside it), each under its own context
+// detached from ctx, and waits for ctx to end or the webhook manager to stop; then it shuts
+// down in order. Readiness fails first (draining), the controller stops and releases its
+// lease, the webhooks keep serving for DrainDelay while endpoints are removed (or until they
+// stop by themselves), then stop. A clean shutdown returns nil.
+func runManagers(ctx context.Context, log logr.Logger, opts Options, draining *atomic.Bool, webhookMgr ctrl.Manager, runController func(context.Context)) error {
 	webhookCtx, stopWebhooks := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWebhooks()
 	controllerCtx, stopController := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopController()
 	webhookDone := make(chan error, 1)
-	controllerDone := make(chan error, 1)
+	controllerDone := make(chan struct{})
 	go func() { webhookDone <- webhookMgr.Start(webhookCtx) }()
-	go func() { controllerDone <- controllerMgr.Start(controllerCtx) }()
+	go func() { defer close(controllerDone); runController(controllerCtx) }()
 
 	var runErr error
 	select {
@@ -356,18 +378,13 @@ func runManagers(ctx context.Context, log logr.Logger, opts Options, draining *a
 	case err := <-webhookDone:
 		webhookDone <- err
 		runErr = fmt.Errorf("webhook server stopped: %w", err)
-	case err := <-controllerDone:
-		controllerDone <- err
-		runErr = fmt.Errorf("controller stopped: %w", err)
 	}
 
 	// Ordered shutdown.
 	draining.Store(true)
 	log.Info("shutting down: readiness now fails; stopping the controller and releasing its lease")
 	stopController()
-	if err := <-controllerDone; err != nil && runErr == nil {
-		runErr = fmt.Errorf("controller: %w", err)
-	}
+	<-controllerDone
 	log.Info("controller stopped; webhooks keep serving while endpoints are removed", "drainDelay", opts.DrainDelay)
 	select {
 	case <-time.After(opts.DrainDelay):

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,9 +18,12 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/widgetry/widget-operator/api/v1alpha1"
+	"github.com/widgetry/widget-operator/internal/controller"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/manager"
 	"github.com/widgetry/widget-operator/internal/scheme"
@@ -349,5 +353,53 @@ func TestSecureEndpoints(t *testing.T) {
 		if !strings.Contains(string(body), metric) {
 			t.Errorf("/metrics lacks %s", metric)
 		}
+	}
+}
+
+// TestWebhooksWithoutTheController: with the Widget CRD deleted the controller cannot be set
+// up, yet the manager starts, is Ready and serves conversion and admission without a failure
+// (the pod would otherwise crash-loop, taking the webhooks of every replica down); once the
+// CRD is back the controller starts at its next attempt and reconciles, in the same process.
+func TestWebhooksWithoutTheController(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
+	op := widgetenv.Setup(t, env, crd.StageInitial)
+	ctx := t.Context()
+	if out, err := env.Kubectl(t, "delete", "crd", crd.WidgetName, "--wait=true"); err != nil {
+		t.Fatal(err, out)
+	}
+	m := op.StartManager(t, widgetenv.ManagerOptions{})
+
+	loadCtx, stop := context.WithTimeout(ctx, 3*time.Second)
+	defer stop()
+	load := &widgetenv.Load{Client: op.WebhookClient(), Rate: 20,
+		Targets: func() []string { return []string{"https://127.0.0.1:" + strconv.Itoa(m.WebhookPort)} }}
+	if res := load.Run(loadCtx); res.Requests < 20 || res.Failures > 0 {
+		t.Fatalf("webhooks without the controller: %s %v", res, res.Errors)
+	}
+	if !m.Ready() {
+		t.Fatal("the manager is not Ready without its controller")
+	}
+
+	env.InstallCRDs(t, op.CRD(t, crd.StageInitial))
+	if out, err := env.Kubectl(t, "create", "namespace", "back"); err != nil {
+		t.Fatal(err, out)
+	}
+	w := &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "back", Name: "w"}, Spec: v1alpha1.WidgetSpec{Image: "srv:1"}}
+	if err := env.Client.Create(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 2*time.Minute, "the controller, set up again, finalizes the Widget", func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
+			return err
+		}
+		if !slices.Contains(w.Finalizers, controller.Finalizer) {
+			return fmt.Errorf("finalizers %v", w.Finalizers)
+		}
+		return nil
+	})
+	select {
+	case <-m.Exited():
+		t.Fatalf("the manager exited: %v", m.ExitErr())
+	default:
 	}
 }

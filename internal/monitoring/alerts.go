@@ -25,6 +25,7 @@ const (
 	AlertDeprecatedVersionInUse        = "WidgetDeprecatedVersionInUse"
 	AlertCRDBreakGlass                 = "WidgetCRDBreakGlass"
 	AlertControllerPaused              = "WidgetControllerPaused"
+	AlertControllerNotRunning          = "WidgetControllerNotRunning"
 )
 
 // Severities, as kubernetes-mixin uses them: critical pages, warning is looked at in working
@@ -213,6 +214,16 @@ max by (version) (widget_crd_version_info{job="{{job}}",crd="{{crd}}",version="v
 			dur:  "1m", severity: SeverityWarning,
 			summary:     "The Widget CRD is changed under break-glass.",
 			description: "{{ $labels.crd }} carries the widgetry.io/break-glass annotation: changes to it pass the stage guard (the ValidatingAdmissionPolicy) unchecked. Finish the procedure and remove the annotation.",
+		}, {
+			name: AlertControllerNotRunning,
+			// Every replica sets the controller up again after a failure, with backoff; the
+			// webhooks keep serving meanwhile, so only this (and the missing leader) shows it.
+			expr: `max by (namespace, job) (widget_controller_running{job="{{job}}"}) == 0
+  and on (namespace, job)
+sum by (namespace, job) (increase(widget_controller_failures_total{job="{{job}}"}[10m])) > 0`,
+			dur: "5m", severity: SeverityCritical,
+			summary:     "No replica can run the Widget controller.",
+			description: "The Widget controller of job {{ $labels.job }} in namespace {{ $labels.namespace }} keeps failing on every replica (widget_controller_failures_total by stage: setup means the CRD is missing, its storage version unknown or RBAC denied; run means it stopped, e.g. caches that never sync). The webhooks still serve, but no Widget is reconciled and no finalizer removed, so deletions hang.",
 		}, {
 			name: AlertControllerPaused,
 			// The uninstall hook pauses the controller for seconds; a marker that stays means a

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/widgetry/widget-operator/internal/controller"
+	"github.com/widgetry/widget-operator/internal/manager"
 	widgetmetrics "github.com/widgetry/widget-operator/internal/metrics"
 	"github.com/widgetry/widget-operator/internal/migrate"
 	"github.com/widgetry/widget-operator/internal/webhook"
@@ -37,8 +38,11 @@ var descString = regexp.MustCompile(`^Desc\{fqName: "([^"]+)", .*constLabels: \{
 // catalogue with the labels the exporting code declares, and checks that every widget_ metric
 // the code declares is catalogued.
 func TestCatalogueLabelsMatchCode(t *testing.T) {
-	conversion := &keeping{}
-	if _, err := webhook.NewConversionMetrics(conversion); err != nil {
+	kept := &keeping{}
+	if _, err := webhook.NewConversionMetrics(kept); err != nil {
+		t.Fatal(err)
+	}
+	if err := manager.RegisterControllerMetrics(kept); err != nil {
 		t.Fatal(err)
 	}
 	collectors := append([]prometheus.Collector{
@@ -47,7 +51,7 @@ func TestCatalogueLabelsMatchCode(t *testing.T) {
 		widgetmetrics.NewCertificateExpiryCollector(func() *x509.Certificate { return nil }),
 		migrate.NewProgressCollector(nil, "widget-system"),
 		controller.NewPausedCollector(nil, logr.Discard()),
-	}, conversion.collectors...)
+	}, kept.collectors...)
 
 	declared := map[string][]string{}
 	for _, c := range collectors {

@@ -187,6 +187,18 @@ groups:
           description: '{{ "{{" }} $labels.crd {{ "}}" }} carries the widgetry.io/break-glass annotation: changes to it pass the stage guard (the ValidatingAdmissionPolicy) unchecked. Finish the procedure and remove the annotation.'
           runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetCRDBreakGlass.md
           summary: The Widget CRD is changed under break-glass.
+      - alert: WidgetControllerNotRunning
+        expr: |-
+          max by (namespace, job) (widget_controller_running{job="{{ .Values.monitoring.job }}"}) == 0
+            and on (namespace, job)
+          sum by (namespace, job) (increase(widget_controller_failures_total{job="{{ .Values.monitoring.job }}"}[10m])) > 0
+        for: 5m
+        labels:
+          severity: critical
+        annotations:
+          description: 'The Widget controller of job {{ "{{" }} $labels.job {{ "}}" }} in namespace {{ "{{" }} $labels.namespace {{ "}}" }} keeps failing on every replica (widget_controller_failures_total by stage: setup means the CRD is missing, its storage version unknown or RBAC denied; run means it stopped, e.g. caches that never sync). The webhooks still serve, but no Widget is reconciled and no finalizer removed, so deletions hang.'
+          runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetControllerNotRunning.md
+          summary: No replica can run the Widget controller.
       - alert: WidgetControllerPaused
         expr: max by (namespace, job) (widget_controller_paused{job="{{ .Values.monitoring.job }}"}) == 1
         for: 15m
