@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 )
@@ -94,6 +96,10 @@ func (h *ConversionHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if convErr != nil {
 		result = resultFailure
 		h.Metrics.failure(convErr.reason)
+		if convErr.reason == reasonPanic {
+			// Rare, and a bug: always logged, with the object it happened on.
+			panicLog.Error(nil, "recovered a panic while converting; the review failed", "uid", req.UID, "desired", req.DesiredAPIVersion, "message", convErr.message)
+		}
 	} else {
 		h.Metrics.objects(from, to, len(req.Objects))
 	}
@@ -181,6 +187,9 @@ type chunkResult struct {
 	err  *conversionError
 }
 
+// panicLog records recovered panics.
+var panicLog = logf.Log.WithName("conversion-webhook")
+
 // convertOne converts one object; a variable only so that a test can make it panic.
 var convertOne = convertObject
 
@@ -198,7 +207,7 @@ func convertChunk(desired string, objects []json.RawMessage, lo, hi, sizeHint in
 			if i < len(objects) {
 				what = fmt.Sprintf("object %d of %d (%s)", i+1, len(objects), describeObject(objects[i]))
 			}
-			r.err = &conversionError{reason: reasonConversionFailed, message: fmt.Sprintf(
+			r.err = &conversionError{reason: reasonPanic, message: fmt.Sprintf(
 				"%s: internal error in the conversion webhook (a bug; the review failed, the server goes on): %v", what, p)}
 		}
 	}()

@@ -25,6 +25,7 @@ const (
 	reasonMethodNotAllowed   = "MethodNotAllowed"
 	reasonMediaType          = "UnsupportedMediaType"
 	reasonBodyTooLarge       = "BodyTooLarge"
+	reasonPanic              = "Panic"
 )
 
 // ConversionMetrics are the widget_conversion_* metrics. A nil *ConversionMetrics records
@@ -34,6 +35,7 @@ type ConversionMetrics struct {
 	converted *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
 	failures  *prometheus.CounterVec
+	panics    prometheus.Counter
 }
 
 // NewConversionMetrics creates the metrics and registers them with reg (for the manager:
@@ -57,8 +59,12 @@ func NewConversionMetrics(reg prometheus.Registerer) (*ConversionMetrics, error)
 			Name: "widget_conversion_failures_total",
 			Help: "ConversionReview requests that did not succeed, by reason.",
 		}, []string{"reason"}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "widget_conversion_panics_total",
+			Help: "Panics recovered while converting (a bug): each failed its review, and the server went on.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.converted, m.duration, m.failures} {
+	for _, c := range []prometheus.Collector{m.requests, m.converted, m.duration, m.failures, m.panics} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -86,6 +92,9 @@ func (m *ConversionMetrics) failure(reason string) {
 		return
 	}
 	m.failures.WithLabelValues(reason).Inc()
+	if reason == reasonPanic {
+		m.panics.Inc()
+	}
 }
 
 func failureReasonFor(status int) string {

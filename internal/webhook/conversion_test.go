@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	apix "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -352,7 +354,12 @@ func TestPanicInAWorkerFailsTheReviewOnly(t *testing.T) {
 		}
 		return stock(buf, desired, raw)
 	}
-	h := &ConversionHandler{}
+	reg := prometheus.NewPedanticRegistry()
+	m, err := NewConversionMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &ConversionHandler{Metrics: m}
 	for _, n := range []int{1, 1000} {
 		objs := make([]any, n)
 		for i := range objs {
@@ -373,5 +380,11 @@ func TestPanicInAWorkerFailsTheReviewOnly(t *testing.T) {
 	_, _, review := post(t, h, reviewBody(t, "u", "widgetry.io/v1", conversiontest.RealisticWidget("ns", 1)))
 	if review == nil || review.Response.Result.Status != "Success" {
 		t.Fatalf("the handler did not answer a good review after the panics: %+v", review)
+	}
+	if got := testutil.ToFloat64(m.panics); got != 2 {
+		t.Errorf("widget_conversion_panics_total = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(m.failures.WithLabelValues(reasonPanic)); got != 2 {
+		t.Errorf("widget_conversion_failures_total{reason=%q} = %v, want 2", reasonPanic, got)
 	}
 }
