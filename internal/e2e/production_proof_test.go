@@ -201,7 +201,14 @@ func TestProductionProof(t *testing.T) {
 	report["time to Ready after renewal"] = renewal.Round(100 * time.Millisecond).String()
 	var handover time.Duration
 	step("leader pod deleted", func() {
-		leader := holder(t, k)
+		// A read of the Lease that fails under load is not "no leader": read until one is named.
+		var leader string
+		testenv.Eventually(t, 30*time.Second, "the Lease names a leader", func() error {
+			if leader = holder(t, k); leader == "" {
+				return fmt.Errorf("no holder read")
+			}
+			return nil
+		})
 		s := time.Now()
 		c.Kubectl(t, "-n", ns, "delete", "pod", leader, "--wait=false")
 		testenv.Eventually(t, 2*time.Minute, "a new leader", func() error {
