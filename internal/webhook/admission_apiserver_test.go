@@ -30,6 +30,19 @@ type warnings struct {
 	seen []string
 }
 
+// startOperator starts an apiserver with the Widget CRD at add-version, the webhook
+// configurations and a real widget-manager, and creates namespace ns.
+func startOperator(t *testing.T, ns string) (*testenv.Env, *widgetenv.Operator, *widgetenv.Manager) {
+	t.Helper()
+	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
+	op := widgetenv.Setup(t, env, crd.StageAddVersion)
+	m := op.StartManager(t, widgetenv.ManagerOptions{})
+	if out, err := env.Kubectl(t, "create", "namespace", ns); err != nil {
+		t.Fatal(err, out)
+	}
+	return env, op, m
+}
+
 // warningClient is a client of env that keeps the warnings the apiserver answers with.
 func warningClient(t *testing.T, env *testenv.Env) (client.Client, *warnings) {
 	t.Helper()
@@ -57,16 +70,11 @@ func (w *warnings) take() string {
 	return s
 }
 
-// TestAdmissionThroughAPIServer: the apiserver calls the manager's defaulting and validating
+// TestAdmissionThroughAPIServer: the apiserver calls the manager's mutating and validating
 // webhooks for both versions; refusals carry field paths, warnings reach the client.
 func TestAdmissionThroughAPIServer(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
-	op := widgetenv.Setup(t, env, crd.StageAddVersion)
-	op.StartManager(t, widgetenv.ManagerOptions{})
+	env, _, _ := startOperator(t, "adm")
 	ctx := context.Background()
-	if out, err := env.Kubectl(t, "create", "namespace", "adm"); err != nil {
-		t.Fatal(err, out)
-	}
 	c, seen := warningClient(t, env)
 
 	t.Run("defaults through both versions", func(t *testing.T) {

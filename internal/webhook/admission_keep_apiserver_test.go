@@ -17,10 +17,7 @@ import (
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/internal/conversion"
-	"github.com/widgetry/widget-operator/internal/crd"
-	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/testenv"
-	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
 
 // TestV1alpha1ReplaceKeepsWhatItCannotSee: `kubectl replace` of a v1alpha1 manifest that
@@ -29,13 +26,8 @@ import (
 // the timeout and still keeps paused. The real apiserver runs the mutating webhook and the
 // conversion webhook of a real widget-manager.
 func TestV1alpha1ReplaceKeepsWhatItCannotSee(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
-	op := widgetenv.Setup(t, env, crd.StageAddVersion)
-	op.StartManager(t, widgetenv.ManagerOptions{})
+	env, _, _ := startOperator(t, "keep")
 	ctx := context.Background()
-	if out, err := env.Kubectl(t, "create", "namespace", "keep"); err != nil {
-		t.Fatal(err, out)
-	}
 	w := &v1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "keep", Name: "paused"},
 		Spec: v1.WidgetSpec{Image: "srv:1", Paused: true, Timeout: ptr.To("1.5s")}}
 	if err := env.Client.Create(ctx, w); err != nil {

@@ -21,7 +21,6 @@ import (
 	"github.com/widgetry/widget-operator/internal/controller"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/migrate"
-	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
@@ -35,14 +34,9 @@ const legacyImage = "team/Server:v1"
 // its finalizer (the controller's update is admitted) and is deleted; only a change of the
 // invalid field itself is refused.
 func TestLegacyWidgetIsMigratedAndDeleted(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
-	op := widgetenv.Setup(t, env, crd.StageAddVersion)
-	manager := op.StartManager(t, widgetenv.ManagerOptions{})
-	ctx := context.Background()
 	const ns = "legacy"
-	if out, err := env.Kubectl(t, "create", "namespace", ns); err != nil {
-		t.Fatal(err, out)
-	}
+	env, op, manager := startOperator(t, ns)
+	ctx := context.Background()
 	c, seen := warningClient(t, env)
 
 	restore := removeWebhookConfigurations(t, env.Client)
