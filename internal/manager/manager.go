@@ -40,6 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/internal/controller"
@@ -64,8 +65,18 @@ type Options struct {
 	WebhookCertDir  string
 	WebhookCertName string
 	WebhookKeyName  string
-	// MaxConversionBodyBytes bounds a ConversionReview (webhook.DefaultMaxConversionBodyBytes).
+	// MemoryLimit is the Go memory limit in force (see internal/memlimit); 0 means none.
+	// The webhook server's in-flight budget and body limits are derived from it.
+	MemoryLimit int64
+	// WebhookInFlightBytes is the in-flight budget; 0 derives it from MemoryLimit (none
+	// without one).
+	WebhookInFlightBytes int64
+	// WebhookBudgetWait is how long a request waits for its share of the budget.
+	WebhookBudgetWait time.Duration
+	// MaxConversionBodyBytes bounds a ConversionReview, MaxAdmissionBodyBytes an
+	// AdmissionReview; 0 derives each from the budget (webhook.LimitsFor).
 	MaxConversionBodyBytes int64
+	MaxAdmissionBodyBytes  int64
 
 	// MetricsBindAddress serves /metrics over HTTPS behind authentication and authorization;
 	// "0" disables it.
@@ -102,7 +113,7 @@ func DefaultOptions() Options {
 		WebhookCertDir:          "/tmp/k8s-webhook-server/serving-certs",
 		WebhookCertName:         "tls.crt",
 		WebhookKeyName:          "tls.key",
-		MaxConversionBodyBytes:  webhook.DefaultMaxConversionBodyBytes,
+		WebhookBudgetWait:       5 * time.Second,
 		MetricsBindAddress:      ":8443",
 		HealthProbeBindAddress:  ":8081",
 		TLSMinVersion:           tls.VersionTLS12,
@@ -143,7 +154,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	webhookServer, err := setupWebhooks(webhookMgr, opts, &draining)
+	webhookServer, err := setupWebhooks(log, webhookMgr, opts, &draining)
 	if err != nil {
 		return err
 	}
@@ -187,11 +198,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 // certificate's reloader. It has no leader election, so a standby replica serves conversion
 // and admission too.
 func newWebhookManager(cfg *rest.Config, opts Options, scheme *runtime.Scheme, cert *servingCertificate, tlsOpts func(*tls.Config)) (ctrl.Manager, error) {
-	webhookServer := crwebhook.NewServer(crwebhook.Options{
-		Port: opts.WebhookPort,
-		TLSOpts: []func(*tls.Config){tlsOpts, func(c *tls.Config) {
-			c.GetCertificate = cert.GetCertificate
-		}},
+	webhookServer := newTimedWebhookServer(opts.WebhookPort, tlsOpts, func(c *tls.Config) {
+		c.GetCertificate = cert.GetCertificate
 	})
 	metricsOpts := metricsserver.Options{BindAddress: opts.MetricsBindAddress, SecureServing: true,
 		FilterProvider: filters.WithAuthenticationAndAuthorization, TLSOpts: []func(*tls.Config){tlsOpts}, CertDir: opts.MetricsCertDir}
@@ -218,13 +226,25 @@ func newWebhookManager(cfg *rest.Config, opts Options, scheme *runtime.Scheme, c
 // setupWebhooks registers the conversion, defaulting and validating handlers on the webhook
 // manager's server, which it returns, each wrapped so that it closes connections while the
 // replica drains.
-func setupWebhooks(webhookMgr ctrl.Manager, opts Options, draining *atomic.Bool) (crwebhook.Server, error) {
+func setupWebhooks(log logr.Logger, webhookMgr ctrl.Manager, opts Options, draining *atomic.Bool) (crwebhook.Server, error) {
 	// The manager starts its webhook server only once it has been asked for it.
 	webhookServer := webhookMgr.GetWebhookServer()
 	convMetrics, err := webhook.NewConversionMetrics(metrics.Registry)
 	if err != nil {
 		return nil, fmt.Errorf("register conversion metrics: %w", err)
 	}
+	limits, err := webhook.LimitsFor(opts.MemoryLimit, opts.WebhookInFlightBytes, opts.MaxConversionBodyBytes, opts.MaxAdmissionBodyBytes)
+	if err != nil {
+		return nil, err
+	}
+	var budget *webhook.InFlightBudget
+	if limits.InFlightBytes > 0 {
+		if budget, err = webhook.NewInFlightBudget(limits.InFlightBytes, opts.WebhookBudgetWait, metrics.Registry); err != nil {
+			return nil, fmt.Errorf("register webhook budget metrics: %w", err)
+		}
+	}
+	log.Info("webhook memory bounds", "memoryLimit", opts.MemoryLimit, "inFlightBytes", limits.InFlightBytes,
+		"maxConversionBodyBytes", limits.MaxConversionBody, "maxAdmissionBodyBytes", limits.MaxAdmissionBody)
 	// While draining, answers carry "Connection: close": the apiserver keeps connections to
 	// the webhook Service alive, and a kept-alive connection stays pinned to this pod after
 	// its endpoint is gone (kube-proxy only steers new connections), so it would fail once the
@@ -238,9 +258,14 @@ func setupWebhooks(webhookMgr ctrl.Manager, opts Options, draining *atomic.Bool)
 			h.ServeHTTP(w, r)
 		})
 	}
-	webhookServer.Register(webhook.ConvertPath, closeWhenDraining(&webhook.ConversionHandler{MaxBodyBytes: opts.MaxConversionBodyBytes, Metrics: convMetrics}))
-	webhookServer.Register(webhook.MutatePath, closeWhenDraining(&crwebhook.Admission{Handler: webhook.Defaulter{}}))
-	webhookServer.Register(webhook.ValidatePath, closeWhenDraining(&crwebhook.Admission{Handler: webhook.Validator{}}))
+	convert := &webhook.ConversionHandler{MaxBodyBytes: limits.MaxConversionBody, Metrics: convMetrics,
+		Log: webhook.NewFailureLog(log.WithName("conversion-webhook"), 1, 10)}
+	admission := func(h admission.Handler) http.Handler {
+		return webhook.LimitBody(limits.MaxAdmissionBody, "--admission-max-body-bytes", &crwebhook.Admission{Handler: h})
+	}
+	webhookServer.Register(webhook.ConvertPath, closeWhenDraining(budget.Limit(webhook.ConvertPath, webhook.ConversionPeakFactor, limits.MaxConversionBody, convert)))
+	webhookServer.Register(webhook.MutatePath, closeWhenDraining(budget.Limit(webhook.MutatePath, webhook.AdmissionPeakFactor, limits.MaxAdmissionBody, admission(webhook.Defaulter{}))))
+	webhookServer.Register(webhook.ValidatePath, closeWhenDraining(budget.Limit(webhook.ValidatePath, webhook.AdmissionPeakFactor, limits.MaxAdmissionBody, admission(webhook.Validator{}))))
 	return webhookServer, nil
 }
 

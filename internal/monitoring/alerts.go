@@ -26,6 +26,7 @@ const (
 	AlertCRDBreakGlass                 = "WidgetCRDBreakGlass"
 	AlertControllerPaused              = "WidgetControllerPaused"
 	AlertControllerNotRunning          = "WidgetControllerNotRunning"
+	AlertWebhookBudgetRefusals         = "WidgetWebhookBudgetRefusals"
 )
 
 // Severities, as kubernetes-mixin uses them: critical pages, warning is looked at in working
@@ -224,6 +225,14 @@ sum by (namespace, job) (increase(widget_controller_failures_total{job="{{job}}"
 			dur: "5m", severity: SeverityCritical,
 			summary:     "No replica can run the Widget controller.",
 			description: "The Widget controller of job {{ $labels.job }} in namespace {{ $labels.namespace }} keeps failing on every replica (widget_controller_failures_total by stage: setup means the CRD is missing, its storage version unknown or RBAC denied; run means it stopped, e.g. caches that never sync). The webhooks still serve, but no Widget is reconciled and no finalizer removed, so deletions hang.",
+		}, {
+			name: AlertWebhookBudgetRefusals,
+			// Each refusal is a failed Widget read or write (both webhooks fail closed), so a
+			// few in a row matter; a single one during a burst of LISTs does not page.
+			expr: `sum by (namespace, job) (increase(widget_webhook_budget_refusals_total{job="{{job}}"}[5m])) > 0`,
+			dur:  "5m", severity: SeverityWarning,
+			summary:     "The webhooks refuse requests to stay inside their memory budget.",
+			description: "Replicas of job {{ $labels.job }} in namespace {{ $labels.namespace }} refused {{ $value | humanize }} webhook requests in 5 minutes with HTTP 503 because the requests in flight held their whole memory budget (widget_webhook_inflight_bytes at widget_webhook_inflight_budget_bytes). The refused Widget reads and writes failed: large LISTs through the other version, or a client flooding the webhooks.",
 		}, {
 			name: AlertControllerPaused,
 			// The uninstall hook pauses the controller for seconds; a marker that stays means a

@@ -1,6 +1,7 @@
 package monitoring
 
 import (
+	"time"
 	"crypto/x509"
 	"regexp"
 	"slices"
@@ -43,6 +44,9 @@ func TestCatalogueLabelsMatchCode(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := manager.RegisterControllerMetrics(kept); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := webhook.NewInFlightBudget(1, time.Second, kept); err != nil {
 		t.Fatal(err)
 	}
 	collectors := append([]prometheus.Collector{

@@ -1,11 +1,11 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"reflect"
 	"slices"
 	"time"
 
@@ -13,7 +13,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -115,27 +114,68 @@ func (Validator) Handle(_ context.Context, req admission.Request) admission.Resp
 // onlyRemovesFinalizersWhileDeleting reports whether an UPDATE of an object being deleted
 // changes nothing but removing finalizers. Such an update is always admitted: refusing it
 // would keep the object forever, whatever is wrong with it. The comparison is on the raw
-// JSON, so it holds for objects the typed decoding would refuse. resourceVersion (a client
-// may send none) and managedFields (the apiserver updates them for this very write) are
-// not the request's changes.
+// JSON, member by member, so it holds for objects the typed decoding would refuse, and decodes
+// nothing but the finalizers (a map of the whole object would cost tens of times its size).
+// The apiserver encodes object and oldObject alike, so equal members are equal bytes; a
+// member that differs only in form makes the answer false, which is stricter, never looser.
+// resourceVersion (a client may send none) and managedFields (the apiserver updates them for
+// this very write) are not the request's changes.
 func onlyRemovesFinalizersWhileDeleting(req admission.Request) bool {
-	var obj, old unstructured.Unstructured
-	if json.Unmarshal(req.Object.Raw, &obj.Object) != nil || json.Unmarshal(req.OldObject.Raw, &old.Object) != nil {
+	obj, old := req.Object.Raw, req.OldObject.Raw
+	oldMeta, err1 := memberValue(old, `"metadata"`)
+	meta, err2 := memberValue(obj, `"metadata"`)
+	if err1 != nil || err2 != nil || oldMeta == nil || meta == nil {
 		return false
 	}
-	if old.GetDeletionTimestamp() == nil {
+	if ts, _ := memberValue(oldMeta, `"deletionTimestamp"`); ts == nil || string(ts) == "null" {
 		return false
 	}
-	kept, had := obj.GetFinalizers(), old.GetFinalizers()
-	if len(kept) >= len(had) || !isSubsequence(kept, had) {
+	kept, okKept := finalizersOf(meta)
+	had, okHad := finalizersOf(oldMeta)
+	if !okKept || !okHad || len(kept) >= len(had) || !isSubsequence(kept, had) {
 		return false
 	}
-	for _, u := range []*unstructured.Unstructured{&obj, &old} {
-		u.SetFinalizers(nil)
-		u.SetResourceVersion("")
-		u.SetManagedFields(nil)
+	ignored := map[string]bool{`"finalizers"`: true, `"resourceVersion"`: true, `"managedFields"`: true}
+	return sameMembers(obj, old, map[string]bool{`"metadata"`: true}) && sameMembers(meta, oldMeta, ignored)
+}
+
+// finalizersOf decodes metadata.finalizers alone.
+func finalizersOf(metadata []byte) ([]string, bool) {
+	raw, err := memberValue(metadata, `"finalizers"`)
+	if err != nil {
+		return nil, false
 	}
-	return reflect.DeepEqual(obj.Object, old.Object)
+	var finalizers []string
+	if raw != nil && json.Unmarshal(raw, &finalizers) != nil {
+		return nil, false
+	}
+	return finalizers, true
+}
+
+// sameMembers reports whether objects a and b have the same members with the same bytes,
+// apart from the keys in ignore.
+func sameMembers(a, b []byte, ignore map[string]bool) bool {
+	members := func(raw []byte) (map[string][]byte, bool) {
+		m := map[string][]byte{}
+		err := eachMember(raw, func(mb member) bool {
+			if !ignore[string(mb.key)] {
+				m[string(mb.key)] = mb.value
+			}
+			return true
+		})
+		return m, err == nil
+	}
+	ma, okA := members(a)
+	mb, okB := members(b)
+	if !okA || !okB || len(ma) != len(mb) {
+		return false
+	}
+	for k, v := range ma {
+		if w, ok := mb[k]; !ok || !bytes.Equal(v, w) {
+			return false
+		}
+	}
+	return true
 }
 
 // isSubsequence reports whether sub is seq with some elements removed, order kept.

@@ -9,7 +9,10 @@ import (
 	"mime"
 	"net/http"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -21,11 +24,6 @@ import (
 // This file is the ConversionReview envelope: the HTTP handling, decoding the review, splitting
 // its objects over workers, and writing the response. Converting one object is in
 // conversion_object.go.
-
-// DefaultMaxConversionBodyBytes bounds a ConversionReview body. It is large on purpose: the
-// apiserver sends a whole LIST page — from its watch cache possibly the whole collection — in
-// one review, so a small limit would break large lists.
-const DefaultMaxConversionBodyBytes = 64 << 20
 
 const (
 	conversionReviewAPIVersion = "apiextensions.k8s.io/v1"
@@ -44,95 +42,205 @@ var (
 // version) pass through as raw JSON, only spec is decoded and converted, with the same
 // functions the typed converters use (internal/conversion). That keeps metadata byte-for-byte
 // untouched (fields this binary does not know survive too) and makes large LISTs cheap.
+//
+// Memory: the body is read into one buffer of its declared length and checked as JSON, which
+// allocates nothing; each object is then a span of that buffer, found without decoding it,
+// converted in batches (on several goroutines for a LIST page), and the converted batches are
+// written to the connection as they are, never joined. A request holds its body and its
+// response, about as large, at its peak, whatever its shape: see ConversionPeakFactor.
+// Hostile shapes stop early: an element that is not an object fails the review at once,
+// nesting beyond encoding/json's limit is refused, and the object count is capped.
 type ConversionHandler struct {
 	// MaxBodyBytes bounds the request body; zero means DefaultMaxConversionBodyBytes.
 	MaxBodyBytes int64
 	// Metrics records requests; nil records nothing.
 	Metrics *ConversionMetrics
+	// Log records failed conversions, at most a few per second; nil logs nothing.
+	Log *FailureLog
 }
 
-// conversionReview is the part of an apiextensions.k8s.io/v1 ConversionReview the handler reads.
-type conversionReview struct {
-	APIVersion string             `json:"apiVersion"`
-	Kind       string             `json:"kind"`
-	Request    *conversionRequest `json:"request"`
-}
+// ConversionPeakFactor bounds the heap one ConversionReview holds, as a multiple of its body:
+// the body, the response and the batch being converted (tests hold the handler to it for
+// realistic and hostile reviews). The in-flight budget charges each request this much.
+const ConversionPeakFactor = 2.5
 
-type conversionRequest struct {
-	UID               string            `json:"uid"`
-	DesiredAPIVersion string            `json:"desiredAPIVersion"`
-	Objects           []json.RawMessage `json:"objects"`
-}
+// minObjectBytes is less than the smallest Widget the apiserver can send
+// ({"apiVersion":"widgetry.io/v1","kind":"Widget","metadata":{"name":"a",…}}): a review of
+// more objects than body/minObjectBytes cannot be real, and the cap keeps the per-object
+// bookkeeping of a hostile body small.
+const minObjectBytes = 64
+
+// Batches: small reviews (single GETs, watch events) stay on the request's goroutine; a LIST
+// page is converted by GOMAXPROCS workers, a batch at a time.
+const (
+	batchObjects = 128
+	batchBytes   = 1 << 20
+)
 
 // ServeHTTP implements http.Handler.
 func (h *ConversionHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	body, status, err := h.readBody(w, r)
-	if err != nil {
-		h.Metrics.failure(failureReasonFor(status))
-		h.Metrics.request(labelUnknown, labelUnknown, resultError, time.Since(start))
-		http.Error(w, err.Error(), status)
-		return
-	}
-	var review conversionReview
-	if err := json.Unmarshal(body, &review); err != nil {
-		h.Metrics.failure(reasonMalformed)
-		h.Metrics.request(labelUnknown, labelUnknown, resultError, time.Since(start))
-		http.Error(w, fmt.Sprintf("request body is not a ConversionReview: %v", err), http.StatusBadRequest)
-		return
-	}
-	if review.APIVersion != conversionReviewAPIVersion || review.Kind != conversionReviewKind || review.Request == nil {
-		h.Metrics.failure(reasonMalformed)
-		h.Metrics.request(labelUnknown, labelUnknown, resultError, time.Since(start))
-		http.Error(w, fmt.Sprintf("expected a %s %s with a request, got apiVersion %q kind %q; list only %q in the CRD's conversionReviewVersions",
-			conversionReviewAPIVersion, conversionReviewKind, review.APIVersion, review.Kind, "v1"), http.StatusBadRequest)
-		return
-	}
-
-	req := review.Request
-	out, from, convErr := convertObjects(req.DesiredAPIVersion, req.Objects, len(body))
-	to := versionLabel(req.DesiredAPIVersion)
-	result := resultSuccess
-	if convErr != nil {
-		result = resultFailure
-		h.Metrics.failure(convErr.reason)
-		if convErr.reason == reasonPanic {
-			// Rare, and a bug: always logged, with the object it happened on.
-			panicLog.Error(nil, "recovered a panic while converting; the review failed", "uid", req.UID, "desired", req.DesiredAPIVersion, "message", convErr.message)
-		}
-	} else {
-		h.Metrics.objects(from, to, len(req.Objects))
-	}
-	h.Metrics.request(from, to, result, time.Since(start))
-
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(encodeResponse(req.UID, out, convErr))
-}
-
-func (h *ConversionHandler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, error) {
-	if r.Method != http.MethodPost {
-		return nil, http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed: a ConversionReview is POSTed", r.Method)
-	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			return nil, http.StatusUnsupportedMediaType, fmt.Errorf("content type %q not supported: send application/json", ct)
-		}
-	} else {
-		return nil, http.StatusUnsupportedMediaType, errors.New("missing Content-Type: send application/json")
-	}
 	limit := h.MaxBodyBytes
 	if limit <= 0 {
 		limit = DefaultMaxConversionBodyBytes
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	fail := func(status int, err error) {
+		h.Metrics.failure(failureReasonFor(status))
+		h.Metrics.request(labelUnknown, labelUnknown, resultError, time.Since(start))
+		h.Log.failed(err.Error(), "status", status)
+		http.Error(w, err.Error(), status)
+	}
+	if status, err := checkConversionRequest(r, limit); err != nil {
+		fail(status, err)
+		return
+	}
+	body, err := readBody(http.MaxBytesReader(w, r.Body, limit), r.ContentLength)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes; raise the manager's --conversion-max-body-bytes", limit)
+			fail(http.StatusRequestEntityTooLarge, tooLargeError(limit))
+			return
 		}
-		return nil, http.StatusBadRequest, fmt.Errorf("read request body: %w", err)
+		fail(http.StatusBadRequest, fmt.Errorf("read request body: %w", err))
+		return
 	}
-	return body, 0, nil
+	c := &converter{body: body, maxObjects: int(limit / minObjectBytes)}
+	review, err := parseReview(body, c)
+	if err != nil {
+		fail(http.StatusBadRequest, fmt.Errorf("request body is not a ConversionReview: %w", err))
+		return
+	}
+	if review.apiVersion != conversionReviewAPIVersion || review.kind != conversionReviewKind || !review.hasRequest {
+		fail(http.StatusBadRequest, fmt.Errorf("expected a %s %s with a request, got apiVersion %q kind %q; list only %q in the CRD's conversionReviewVersions",
+			conversionReviewAPIVersion, conversionReviewKind, review.apiVersion, review.kind, "v1"))
+		return
+	}
+
+	to := versionLabel(review.desired)
+	from, convErr := c.result()
+	result := resultSuccess
+	if convErr != nil {
+		result = resultFailure
+		h.Metrics.failure(convErr.reason)
+		h.Log.failed(convErr.message, "uid", review.uid, "desired", review.desired, "reason", convErr.reason)
+	} else {
+		h.Metrics.objects(from, to, c.count)
+	}
+	h.Metrics.request(from, to, result, time.Since(start))
+	writeResponse(w, review.uid, c, convErr)
+}
+
+// readBody reads the body into one buffer of exactly its declared length (the apiserver
+// always declares it), so reading wastes nothing; a body of unknown length grows a buffer
+// up to the limit.
+func readBody(body io.Reader, contentLength int64) ([]byte, error) {
+	if contentLength >= 0 {
+		buf := make([]byte, contentLength)
+		if _, err := io.ReadFull(body, buf); err != nil {
+			return nil, err
+		}
+		return buf, nil
+	}
+	var buf bytes.Buffer
+	_, err := buf.ReadFrom(body)
+	return buf.Bytes(), err
+}
+
+// checkConversionRequest refuses, before reading the body, what cannot be a ConversionReview
+// or is declared larger than limit.
+func checkConversionRequest(r *http.Request, limit int64) (int, error) {
+	if r.Method != http.MethodPost {
+		return http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed: a ConversionReview is POSTed", r.Method)
+	}
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return http.StatusUnsupportedMediaType, errors.New("missing Content-Type: send application/json")
+	}
+	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+		return http.StatusUnsupportedMediaType, fmt.Errorf("content type %q not supported: send application/json", ct)
+	}
+	if r.ContentLength > limit {
+		return http.StatusRequestEntityTooLarge, tooLargeError(limit)
+	}
+	return 0, nil
+}
+
+func tooLargeError(limit int64) error {
+	return fmt.Errorf("request body over %d bytes; raise the manager's --conversion-max-body-bytes (the chart derives it from the memory limit: raise resources.limits.memory)", limit)
+}
+
+// review is what the handler reads of an apiextensions.k8s.io/v1 ConversionReview; the
+// objects went to the converter.
+type review struct {
+	apiVersion, kind string
+	hasRequest       bool
+	uid, desired     string
+}
+
+// parseReview reads the review from body and hands each object, a span of body, to c: no
+// object is copied or decoded whole. Body is checked as JSON first (which costs no memory),
+// so the spans can be taken without decoding. Members are matched case-sensitively and the
+// last of duplicates wins, as the apiserver's own decoder does.
+func parseReview(body []byte, c *converter) (review, error) {
+	var rv review
+	if !json.Valid(body) {
+		// For the message only; decoding into an empty struct keeps nothing.
+		err := json.Unmarshal(body, &struct{}{})
+		if err == nil {
+			err = errors.New("not valid JSON")
+		}
+		return rv, err
+	}
+	var request []byte
+	var fieldErr error
+	str := func(m member, into *string) {
+		if s, ok := jsonString(m.value); ok || string(m.value) == "null" {
+			*into = s
+		} else if fieldErr == nil {
+			fieldErr = fmt.Errorf("%s is not a string", m.key)
+		}
+	}
+	if err := eachMember(body, func(m member) bool {
+		switch string(m.key) {
+		case `"apiVersion"`:
+			str(m, &rv.apiVersion)
+		case `"kind"`:
+			str(m, &rv.kind)
+		case `"request"`:
+			request = m.value
+		}
+		return true
+	}); err != nil {
+		return rv, fmt.Errorf("the review is %s", strings.TrimPrefix(jsonKind(body), "it is "))
+	}
+	if request == nil || string(request) == "null" {
+		return rv, fieldErr
+	}
+	rv.hasRequest = true
+	var objects []byte
+	if err := eachMember(request, func(m member) bool {
+		switch string(m.key) {
+		case `"uid"`:
+			str(m, &rv.uid)
+		case `"desiredAPIVersion"`:
+			str(m, &rv.desired)
+		case `"objects"`:
+			objects = m.value
+		}
+		return true
+	}); err != nil {
+		return rv, fmt.Errorf("request is %s", strings.TrimPrefix(jsonKind(request), "it is "))
+	}
+	if fieldErr != nil {
+		return rv, fieldErr
+	}
+	if c.setDesired(rv.desired) == nil {
+		if err := eachElement(objects, c.add); err != nil {
+			return rv, fmt.Errorf("request.objects is %s", strings.TrimPrefix(jsonKind(objects), "it is "))
+		}
+	}
+	c.finish()
+	return rv, nil
 }
 
 // conversionError is a failed conversion of one request, with a bounded metric reason.
@@ -141,50 +249,126 @@ type conversionError struct {
 	message string
 }
 
-// minObjectsPerWorker keeps small reviews (single GETs, watch events) on one goroutine.
-const minObjectsPerWorker = 128
-
-// convertObjects converts every object to desired, in order, into the JSON array of converted
-// objects. Large reviews (a LIST page) are split over GOMAXPROCS goroutines, each converting a
-// contiguous chunk into its own buffer. The first failure, in object order, fails the whole
-// review: a partial success would make the apiserver drop objects from a LIST.
-func convertObjects(desired string, objects []json.RawMessage, sizeHint int) ([]byte, string, *conversionError) {
-	if desired != hubAPIVersion && desired != spokeAPIVersion {
-		return nil, labelUnknown, &conversionError{reason: reasonUnsupportedVersion, message: fmt.Sprintf(
-			"desiredAPIVersion %q is not supported: this webhook converts Widgets between %s and %s", desired, spokeAPIVersion, hubAPIVersion)}
-	}
-	workers := min(runtime.GOMAXPROCS(0), max(1, len(objects)/minObjectsPerWorker))
-	chunks := make([]chunkResult, workers)
-	var wg sync.WaitGroup
-	for w := range workers {
-		lo, hi := w*len(objects)/workers, (w+1)*len(objects)/workers
-		wg.Go(func() { chunks[w] = convertChunk(desired, objects, lo, hi, sizeHint/workers) })
-	}
-	wg.Wait()
-
-	out := make([]byte, 0, sizeHint+sizeHint/8+64)
-	out = append(out, '[')
-	from := labelNone
-	for i, c := range chunks {
-		if c.err != nil {
-			return nil, labelUnknown, c.err
-		}
-		if c.buf.Len() == 0 {
-			continue
-		}
-		if len(out) > 1 {
-			out = append(out, ',')
-		}
-		out = append(out, c.buf.Bytes()...)
-		from = mergeFrom(from, c.from, i == 0)
-	}
-	return append(out, ']'), from, nil
+// converter converts a review's objects as they are decoded, in order, in batches. The first
+// failure, in object order, fails the whole review: a partial success would make the apiserver
+// drop objects from a LIST. Once a batch has failed, decoding stops.
+type converter struct {
+	body       []byte // the review; objects are spans of it
+	maxObjects int
+	desired    string
+	count      int
+	batches    []*batch
+	current    *batch
+	work       chan *batch
+	workers    sync.WaitGroup
+	failed     atomic.Bool
+	// rejected is a failure found while decoding (an element that is not an object, too
+	// many objects, an unsupported desired version), after every batch before it.
+	rejected *conversionError
 }
 
-type chunkResult struct {
-	buf  bytes.Buffer
-	from string
-	err  *conversionError
+// batch is a run of consecutive objects and, once converted, their JSON.
+type batch struct {
+	first int    // index of the first object in the review
+	spans []span // of the converter's body
+	size  int
+	out   *objectWriter
+	from  string
+	err   *conversionError
+}
+
+func (c *converter) setDesired(desired string) error {
+	if desired != hubAPIVersion && desired != spokeAPIVersion {
+		c.rejected = &conversionError{reason: reasonUnsupportedVersion, message: fmt.Sprintf(
+			"desiredAPIVersion %q is not supported: this webhook converts Widgets between %s and %s", desired, spokeAPIVersion, hubAPIVersion)}
+		return errors.New(c.rejected.message)
+	}
+	c.desired = desired
+	return nil
+}
+
+// add takes the next object and reports whether to go on. It refuses an element that is not
+// an object at once, so an array of a million numbers costs one, and stops once a batch has
+// failed.
+func (c *converter) add(raw []byte) bool {
+	if c.failed.Load() {
+		return false
+	}
+	if i := skipSpace(raw, 0); i >= len(raw) || raw[i] != '{' {
+		c.rejected = &conversionError{reason: reasonMalformed, message: fmt.Sprintf("object %d: not a JSON object, %s", c.count+1, jsonKind(raw))}
+		return false
+	}
+	if c.count >= c.maxObjects {
+		c.rejected = &conversionError{reason: reasonBodyTooLarge, message: fmt.Sprintf(
+			"more than %d objects in one review; no Widget is smaller than %d bytes", c.maxObjects, minObjectBytes)}
+		return false
+	}
+	if c.current == nil {
+		c.current = &batch{first: c.count, spans: make([]span, 0, batchObjects)}
+		c.batches = append(c.batches, c.current)
+	}
+	// raw is a subslice of body that runs to its end, so its offset is the difference of
+	// their capacities.
+	start := cap(c.body) - cap(raw)
+	c.current.spans = append(c.current.spans, span{uint32(start), uint32(start + len(raw))})
+	c.current.size += len(raw)
+	c.count++
+	if len(c.current.spans) >= batchObjects || c.current.size >= batchBytes {
+		c.dispatch()
+	}
+	return true
+}
+
+// dispatch hands the current batch to the workers, starting them with the first full batch.
+func (c *converter) dispatch() {
+	b := c.current
+	c.current = nil
+	if c.work == nil {
+		workers := runtime.GOMAXPROCS(0)
+		c.work = make(chan *batch, workers)
+		for range workers {
+			c.workers.Go(func() {
+				for b := range c.work {
+					c.convert(b)
+				}
+			})
+		}
+	}
+	c.work <- b
+}
+
+// finish converts what is left and waits for the workers.
+func (c *converter) finish() {
+	if c.work == nil {
+		// A small review: convert on the request's goroutine.
+		for _, b := range c.batches {
+			c.convert(b)
+		}
+		return
+	}
+	if c.current != nil {
+		c.dispatch()
+	}
+	close(c.work)
+	c.workers.Wait()
+}
+
+// result is the source version label, or the first failure in object order.
+func (c *converter) result() (string, *conversionError) {
+	from := labelNone
+	for i, b := range c.batches {
+		if b.err != nil {
+			return labelUnknown, b.err
+		}
+		if b.out == nil {
+			break // not converted: decoding stopped before this batch was dispatched
+		}
+		from = mergeFrom(from, b.from, i == 0)
+	}
+	if c.rejected != nil {
+		return labelUnknown, c.rejected
+	}
+	return from, nil
 }
 
 // panicLog records recovered panics.
@@ -193,39 +377,52 @@ var panicLog = logf.Log.WithName("conversion-webhook")
 // convertOne converts one object; a variable only so that a test can make it panic.
 var convertOne = convertObject
 
-// convertChunk converts objects[lo:hi]; it stops at its first failure.
+// convert converts one batch; it stops at its first failure. Each object's input is dropped
+// once converted.
 //
-// It runs on a goroutine of its own, where net/http's recovery of the handler does not
+// It may run on a goroutine of its own, where net/http's recovery of the handler does not
 // reach: a panic here would kill the process, and since the apiserver sends the same LIST
 // to every replica, every replica in turn. A panic fails this review instead, naming the
 // object, and the server goes on.
-func convertChunk(desired string, objects []json.RawMessage, lo, hi, sizeHint int) (r chunkResult) {
-	i := lo
+func (c *converter) convert(b *batch) {
+	i := 0
 	defer func() {
 		if p := recover(); p != nil {
-			what := "before the first object"
-			if i < len(objects) {
-				what = fmt.Sprintf("object %d of %d (%s)", i+1, len(objects), describeObject(objects[i]))
-			}
-			r.err = &conversionError{reason: reasonPanic, message: fmt.Sprintf(
-				"%s: internal error in the conversion webhook (a bug; the review failed, the server goes on): %v", what, p)}
+			b.err = &conversionError{reason: reasonPanic, message: fmt.Sprintf(
+				"object %d (%s): internal error in the conversion webhook (a bug; the review failed, the server goes on): %v",
+				b.first+i+1, describeObject(c.object(b, i)), p)}
+			panicLog.Error(nil, "recovered a panic while converting; the review failed", "message", b.err.message)
+			c.failed.Store(true)
 		}
 	}()
-	r.buf.Grow(sizeHint + sizeHint/8)
-	r.from = labelNone
-	for ; i < hi; i++ {
-		if i > lo {
-			r.buf.WriteByte(',')
+	// Converted objects are about as large as they came; the slack covers what conversion
+	// adds (an empty spec to the smallest, the conversion-data annotation), so the buffer
+	// rarely regrows.
+	b.out = newObjectWriter(b.size + b.size/16 + 64)
+	b.from = labelNone
+	for ; i < len(b.spans); i++ {
+		if i > 0 {
+			_ = b.out.WriteByte(',')
 		}
-		version, err := convertOne(&r.buf, desired, objects[i])
+		version, err := convertOne(b.out, c.desired, c.object(b, i))
 		if err != nil {
-			err.message = fmt.Sprintf("object %d of %d (%s): %s", i+1, len(objects), describeObject(objects[i]), err.message)
-			r.err = err
-			return r
+			err.message = fmt.Sprintf("object %d (%s): %s", b.first+i+1, describeObject(c.object(b, i)), err.message)
+			b.err = err
+			c.failed.Store(true)
+			return
 		}
-		r.from = mergeFrom(r.from, version, i == lo)
+		b.from = mergeFrom(b.from, version, i == 0)
 	}
-	return r
+	b.spans = nil // converted: only the output is needed from here on
+}
+
+// span is where one object lies in the body: 8 bytes of bookkeeping per object, not a
+// slice header's 24, since a review of minimal objects holds a span for each.
+type span struct{ start, end uint32 }
+
+func (c *converter) object(b *batch, i int) []byte {
+	s := b.spans[i]
+	return c.body[s.start:s.end:s.end]
 }
 
 // mergeFrom folds source-version labels: one version, or "mixed".
@@ -254,25 +451,44 @@ func describeObject(raw json.RawMessage) string {
 	return fmt.Sprintf("%s/%s, %s", o.Metadata.Namespace, o.Metadata.Name, o.APIVersion)
 }
 
-// encodeResponse writes the ConversionReview response by hand: the converted objects are
-// already JSON and encoding/json would scan and compact all of them once more.
-func encodeResponse(uid string, objects []byte, convErr *conversionError) []byte {
+// writeResponse writes the ConversionReview response by hand: the converted objects are
+// already JSON, and they go to the connection batch by batch, never copied into one buffer.
+func writeResponse(w http.ResponseWriter, uid string, c *converter, convErr *conversionError) {
 	uidJSON, _ := json.Marshal(uid)
-	var b bytes.Buffer
-	b.Grow(len(objects) + 256)
-	b.WriteString(`{"apiVersion":"` + conversionReviewAPIVersion + `","kind":"` + conversionReviewKind + `","response":{"uid":`)
-	b.Write(uidJSON)
+	head := `{"apiVersion":"` + conversionReviewAPIVersion + `","kind":"` + conversionReviewKind + `","response":{"uid":` + string(uidJSON)
+	w.Header().Set("Content-Type", "application/json")
 	if convErr != nil {
 		msg, _ := json.Marshal(convErr.message)
-		b.WriteString(`,"result":{"status":"Failure","reason":"BadRequest","code":400,"message":`)
-		b.Write(msg)
-		b.WriteString(`},"convertedObjects":[]}}`)
-		return b.Bytes()
+		body := head + `,"result":{"status":"Failure","reason":"BadRequest","code":400,"message":` + string(msg) + `},"convertedObjects":[]}}`
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		_, _ = io.WriteString(w, body)
+		return
 	}
-	b.WriteString(`,"result":{"status":"Success"},"convertedObjects":`)
-	b.Write(objects)
-	b.WriteString(`}}`)
-	return b.Bytes()
+	head += `,"result":{"status":"Success"},"convertedObjects":[`
+	const tail = `]}}`
+	length := len(head) + len(tail)
+	for i, b := range c.batches {
+		if i > 0 {
+			length++
+		}
+		length += b.out.Len()
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(length))
+	if _, err := io.WriteString(w, head); err != nil {
+		return
+	}
+	for i, b := range c.batches {
+		if i > 0 {
+			if _, err := io.WriteString(w, ","); err != nil {
+				return
+			}
+		}
+		if _, err := w.Write(b.out.Bytes()); err != nil {
+			return
+		}
+		b.out = nil // written: let it go while the rest is
+	}
+	_, _ = io.WriteString(w, tail)
 }
 
 func versionLabel(apiVersion string) string {

@@ -14,71 +14,149 @@ import (
 // (with internal/conversion), metadata and status pass through as raw JSON apart from the
 // conversion-data annotation. The review around it is in conversion.go.
 
-// wireObject is one Widget as the apiserver sends it, in either version.
+// wireObject is one Widget as the apiserver sends it, in either version: spans of the
+// review's bytes, not copies.
 type wireObject struct {
-	APIVersion string          `json:"apiVersion"`
-	Kind       string          `json:"kind"`
-	Metadata   json.RawMessage `json:"metadata"`
-	Spec       json.RawMessage `json:"spec"`
-	Status     json.RawMessage `json:"status"`
+	apiVersion []byte // unquoted
+	kind       []byte
+	metadata   []byte
+	spec       []byte
+	status     []byte
+}
+
+// splitObject finds the members of one object. raw is valid JSON (the review's decoder
+// checked it); anything but an object is refused.
+func splitObject(raw []byte) (wireObject, *conversionError) {
+	var obj wireObject
+	var bad []byte
+	err := eachMember(raw, func(m member) bool {
+		switch string(m.key) {
+		case `"apiVersion"`:
+			if obj.apiVersion = jsonStringBytes(m.value); obj.apiVersion == nil {
+				bad = m.key
+			}
+		case `"kind"`:
+			if obj.kind = jsonStringBytes(m.value); obj.kind == nil {
+				bad = m.key
+			}
+		case `"metadata"`:
+			obj.metadata = m.value
+		case `"spec"`:
+			obj.spec = m.value
+		case `"status"`:
+			obj.status = m.value
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return obj, &conversionError{reason: reasonMalformed, message: fmt.Sprintf("%s, but %s", err, jsonKind(raw))}
+	case bad != nil:
+		return obj, &conversionError{reason: reasonMalformed, message: fmt.Sprintf("%s is not a string", bad)}
+	}
+	return obj, nil
+}
+
+// objectWriter is one batch's output and the scratch its conversions reuse: converting an
+// object allocates only what its own spec needs, which keeps the garbage of a review of many
+// small objects small.
+type objectWriter struct {
+	bytes.Buffer
+	enc       *json.Encoder
+	hubSpec   v1.WidgetSpec
+	spokeSpec v1alpha1.WidgetSpec
+}
+
+func newObjectWriter(size int) *objectWriter {
+	w := &objectWriter{}
+	w.Grow(size)
+	w.enc = json.NewEncoder(&w.Buffer)
+	return w
 }
 
 // convertObject appends raw converted to desired to buf and returns the source version label.
-func convertObject(buf *bytes.Buffer, desired string, raw json.RawMessage) (string, *conversionError) {
-	var obj wireObject
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return labelUnknown, &conversionError{reason: reasonMalformed, message: fmt.Sprintf("not a JSON object: %v", err)}
+func convertObject(buf *objectWriter, desired string, raw []byte) (string, *conversionError) {
+	obj, convErr := splitObject(raw)
+	if convErr != nil {
+		return labelUnknown, convErr
 	}
-	if obj.Kind != widgetKind || (obj.APIVersion != hubAPIVersion && obj.APIVersion != spokeAPIVersion) {
+	// Compared as bytes: a string conversion in a comparison allocates nothing.
+	apiVersion := string(obj.apiVersion)
+	if string(obj.kind) != widgetKind || (apiVersion != hubAPIVersion && apiVersion != spokeAPIVersion) {
 		return labelUnknown, &conversionError{reason: reasonUnsupportedVersion, message: fmt.Sprintf(
-			"apiVersion %q kind %q is not a Widget version this webhook converts (%s, %s)", obj.APIVersion, obj.Kind, spokeAPIVersion, hubAPIVersion)}
+			"apiVersion %q kind %q is not a Widget version this webhook converts (%s, %s)", obj.apiVersion, obj.kind, spokeAPIVersion, hubAPIVersion)}
 	}
-	from := versionLabel(obj.APIVersion)
-	if obj.APIVersion == desired {
+	out := &buf.Buffer // a bytes.Buffer's writes cannot fail
+	from := versionLabel(apiVersion)
+	if apiVersion == desired {
 		// Same version: the object goes back exactly as it came.
-		buf.Write(raw)
+		out.Write(raw)
 		return from, nil
 	}
 	var (
 		spec     any
-		metadata = []byte(obj.Metadata)
+		metadata = obj.metadata
 		err      error
 	)
 	if desired == hubAPIVersion {
-		spec, metadata, err = specToHub(obj.Spec, metadata)
+		spec, metadata, err = specToHub(obj.spec, metadata, buf)
 	} else {
-		spec, metadata, err = specFromHub(obj.Spec, metadata)
+		spec, metadata, err = specFromHub(obj.spec, metadata, buf)
 	}
 	if err != nil {
 		return from, &conversionError{reason: reasonFor(err), message: err.Error()}
 	}
-	specJSON, err := json.Marshal(spec)
-	if err != nil {
+	out.WriteString(`{"apiVersion":"`)
+	out.WriteString(desired)
+	out.WriteString(`","kind":"`)
+	out.WriteString(widgetKind)
+	out.WriteByte('"')
+	if len(metadata) > 0 {
+		out.WriteString(`,"metadata":`)
+		out.Write(metadata)
+	}
+	out.WriteString(`,"spec":`)
+	// Encoded straight into the response; the spec is small and typed, so it cannot fail.
+	if err := buf.enc.Encode(spec); err != nil {
 		return from, &conversionError{reason: reasonMalformed, message: fmt.Sprintf("encode spec: %v", err)}
 	}
-	buf.WriteString(`{"apiVersion":"`)
-	buf.WriteString(desired)
-	buf.WriteString(`","kind":"`)
-	buf.WriteString(widgetKind)
-	buf.WriteByte('"')
-	if len(metadata) > 0 {
-		buf.WriteString(`,"metadata":`)
-		buf.Write(metadata)
-	}
-	buf.WriteString(`,"spec":`)
-	buf.Write(specJSON)
-	if len(obj.Status) > 0 && !bytes.Equal(obj.Status, []byte("null")) {
+	buf.Truncate(buf.Len() - 1) // the Encoder's newline
+	if len(obj.status) > 0 && !bytes.Equal(obj.status, []byte("null")) {
 		// Status has the same schema in both versions (a test holds the CRD to it).
-		buf.WriteString(`,"status":`)
-		buf.Write(obj.Status)
+		out.WriteString(`,"status":`)
+		out.Write(obj.status)
 	}
-	buf.WriteByte('}')
+	out.WriteByte('}')
 	return from, nil
 }
 
-func specToHub(rawSpec, metadata []byte) (*v1.WidgetSpec, []byte, error) {
-	var in v1alpha1.WidgetSpec
-	if err := decodeSpec(rawSpec, &in); err != nil {
+// jsonKind names what a JSON value is, for messages about a value that should be an object.
+func jsonKind(raw []byte) string {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) {
+		return "it is empty"
+	}
+	switch raw[i] {
+	case '{':
+		return "it is a malformed object"
+	case '[':
+		return "it is an array"
+	case '"':
+		return "it is a string"
+	case 't', 'f':
+		return "it is a boolean"
+	case 'n':
+		return "it is null"
+	}
+	return "it is a number"
+}
+
+// specToHub converts a v1alpha1 spec into scratch.hubSpec, using scratch.spokeSpec for the
+// input, and returns it with the metadata it goes with.
+func specToHub(rawSpec, metadata []byte, scratch *objectWriter) (*v1.WidgetSpec, []byte, error) {
+	in, out := &scratch.spokeSpec, &scratch.hubSpec
+	*in, *out = v1alpha1.WidgetSpec{}, v1.WidgetSpec{}
+	if err := decodeSpec(rawSpec, in); err != nil {
 		return nil, nil, err
 	}
 	var data conversion.RestoreData
@@ -94,20 +172,20 @@ func specToHub(rawSpec, metadata []byte) (*v1.WidgetSpec, []byte, error) {
 			return nil, nil, err
 		}
 	}
-	var out v1.WidgetSpec
-	if err := conversion.SpecToHub(&in, data, &out); err != nil {
+	if err := conversion.SpecToHub(in, data, out); err != nil {
 		return nil, nil, err
 	}
-	return &out, metadata, nil
+	return out, metadata, nil
 }
 
-func specFromHub(rawSpec, metadata []byte) (*v1alpha1.WidgetSpec, []byte, error) {
-	var in v1.WidgetSpec
-	if err := decodeSpec(rawSpec, &in); err != nil {
+// specFromHub is specToHub the other way.
+func specFromHub(rawSpec, metadata []byte, scratch *objectWriter) (*v1alpha1.WidgetSpec, []byte, error) {
+	in, out := &scratch.hubSpec, &scratch.spokeSpec
+	*in, *out = v1.WidgetSpec{}, v1alpha1.WidgetSpec{}
+	if err := decodeSpec(rawSpec, in); err != nil {
 		return nil, nil, err
 	}
-	var out v1alpha1.WidgetSpec
-	data, err := conversion.SpecFromHub(&in, &out)
+	data, err := conversion.SpecFromHub(in, out)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -120,7 +198,7 @@ func specFromHub(rawSpec, metadata []byte) (*v1alpha1.WidgetSpec, []byte, error)
 			return nil, nil, err
 		}
 	}
-	return &out, metadata, nil
+	return out, metadata, nil
 }
 
 func decodeSpec(raw []byte, into any) error {
@@ -139,38 +217,66 @@ func mayHoldRestoreData(metadata []byte) bool {
 	return bytes.Contains(metadata, []byte(conversion.DataAnnotation))
 }
 
+// metadataAnnotations decodes metadata.annotations alone; the rest of metadata (managedFields
+// above all) is skipped, not decoded.
 func metadataAnnotations(metadata []byte) (map[string]string, error) {
-	if len(metadata) == 0 {
+	if len(metadata) == 0 || bytes.Equal(metadata, []byte("null")) {
 		return nil, nil
 	}
-	var m struct {
-		Annotations map[string]string `json:"annotations"`
-	}
-	if err := json.Unmarshal(metadata, &m); err != nil {
+	raw, err := memberValue(metadata, `"annotations"`)
+	if err != nil {
 		return nil, errMalformed{fmt.Errorf("metadata: %w", err)}
 	}
-	return m.Annotations, nil
+	if raw == nil {
+		return nil, nil
+	}
+	var annotations map[string]string
+	if err := json.Unmarshal(raw, &annotations); err != nil {
+		return nil, errMalformed{fmt.Errorf("metadata.annotations: %w", err)}
+	}
+	return annotations, nil
 }
 
-// setMetadataAnnotations replaces metadata.annotations and leaves every other metadata field
-// as it came.
+// setMetadataAnnotations replaces metadata.annotations and leaves every other metadata member
+// as the bytes it came as, in its place: one copy of metadata, nothing decoded.
 func setMetadataAnnotations(metadata []byte, annotations map[string]string) ([]byte, error) {
-	fields := map[string]json.RawMessage{}
-	if len(metadata) > 0 {
-		if err := json.Unmarshal(metadata, &fields); err != nil {
+	var encoded []byte
+	if len(annotations) > 0 {
+		var err error
+		if encoded, err = json.Marshal(annotations); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]byte, 0, len(metadata)+len(encoded)+len(`,"annotations":`)+2)
+	out = append(out, '{')
+	written := false
+	write := func(member []byte) {
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(out, member...)
+	}
+	writeAnnotations := func() {
+		if !written && encoded != nil {
+			write(append([]byte(`"annotations":`), encoded...))
+		}
+		written = true
+	}
+	if len(metadata) > 0 && !bytes.Equal(metadata, []byte("null")) {
+		err := eachMember(metadata, func(m member) bool {
+			if string(m.key) == `"annotations"` {
+				writeAnnotations() // in the place of the first, duplicates dropped
+				return true
+			}
+			write(metadata[m.start:m.end])
+			return true
+		})
+		if err != nil {
 			return nil, errMalformed{fmt.Errorf("metadata: %w", err)}
 		}
 	}
-	if len(annotations) == 0 {
-		delete(fields, "annotations")
-	} else {
-		b, err := json.Marshal(annotations)
-		if err != nil {
-			return nil, err
-		}
-		fields["annotations"] = b
-	}
-	return json.Marshal(fields)
+	writeAnnotations()
+	return append(out, '}'), nil
 }
 
 type errMalformed struct{ error }

@@ -231,7 +231,7 @@ func TestConvertHazards(t *testing.T) {
 			}},
 		{name: "duplicate endpoint names fail the whole review", desired: "widgetry.io/v1",
 			objects: []any{fmt.Sprintf(spokeJSON, "ok", `{"image":"i"}`), fmt.Sprintf(spokeJSON, "dup", `{"image":"i","endpoints":[{"name":"a","port":1},{"name":"a","port":2}]}`)},
-			failure: []string{"object 2 of 2", "ns/dup", `duplicate endpoint name "a"`}},
+			failure: []string{"object 2 (ns/dup", `duplicate endpoint name "a"`}},
 		{name: "an unsupported desired version", desired: "widgetry.io/v2",
 			objects: []any{fmt.Sprintf(spokeJSON, "a", `{"image":"i"}`)},
 			failure: []string{`desiredAPIVersion "widgetry.io/v2" is not supported`}},
@@ -240,7 +240,7 @@ func TestConvertHazards(t *testing.T) {
 			failure: []string{`kind "Gadget"`}},
 		{name: "a malformed object in the middle of a batch", desired: "widgetry.io/v1",
 			objects: []any{fmt.Sprintf(spokeJSON, "a", `{"image":"i"}`), `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"bad","namespace":"ns"},"spec":{"replicas":"three"}}`, fmt.Sprintf(spokeJSON, "c", `{"image":"i"}`)},
-			failure: []string{"object 2 of 3", "ns/bad", "spec"}},
+			failure: []string{"object 2 (ns/bad", "spec"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, review := post(t, h, reviewBody(t, "u-"+tc.name, tc.desired, tc.objects...))
@@ -336,7 +336,7 @@ func TestLargeReviewFailsAtTheFirstBadObject(t *testing.T) {
 	objs[900] = `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"dup-b","namespace":"ns"},"spec":{"image":"i","endpoints":[{"name":"b","port":1},{"name":"b","port":2}]}}`
 	_, _, review := post(t, &ConversionHandler{}, reviewBody(t, "u", "widgetry.io/v1", objs...))
 	msg := review.Response.Result.Message
-	if review.Response.Result.Status != "Failure" || len(review.Response.ConvertedObjects) != 0 || !strings.Contains(msg, "object 701 of 1000 (ns/dup-a") {
+	if review.Response.Result.Status != "Failure" || len(review.Response.ConvertedObjects) != 0 || !strings.Contains(msg, "object 701 (ns/dup-a") {
 		t.Fatalf("got %s with %d objects: %q; want a Failure naming object 701, ns/dup-a", review.Response.Result.Status, len(review.Response.ConvertedObjects), msg)
 	}
 }
@@ -348,7 +348,7 @@ func TestLargeReviewFailsAtTheFirstBadObject(t *testing.T) {
 func TestPanicInAWorkerFailsTheReviewOnly(t *testing.T) {
 	stock := convertOne
 	t.Cleanup(func() { convertOne = stock })
-	convertOne = func(buf *bytes.Buffer, desired string, raw json.RawMessage) (string, *conversionError) {
+	convertOne = func(buf *objectWriter, desired string, raw []byte) (string, *conversionError) {
 		if bytes.Contains(raw, []byte(`"name":"boom"`)) {
 			panic("injected")
 		}
@@ -371,7 +371,7 @@ func TestPanicInAWorkerFailsTheReviewOnly(t *testing.T) {
 			t.Fatalf("%d objects: HTTP %d %s; want a failed ConversionReview", n, code, text)
 		}
 		msg := review.Response.Result.Message
-		want := fmt.Sprintf("object %d of %d (ns/boom", n/2+1, n)
+		want := fmt.Sprintf("object %d (ns/boom", n/2+1)
 		if review.Response.Result.Status != "Failure" || len(review.Response.ConvertedObjects) != 0 ||
 			!strings.Contains(msg, want) || !strings.Contains(msg, "internal error") || !strings.Contains(msg, "injected") {
 			t.Errorf("%d objects: got %s with %d objects: %q; want a Failure naming %s and the panic", n, review.Response.Result.Status, len(review.Response.ConvertedObjects), msg, want)

@@ -199,6 +199,15 @@ groups:
           description: 'The Widget controller of job {{ "{{" }} $labels.job {{ "}}" }} in namespace {{ "{{" }} $labels.namespace {{ "}}" }} keeps failing on every replica (widget_controller_failures_total by stage: setup means the CRD is missing, its storage version unknown or RBAC denied; run means it stopped, e.g. caches that never sync). The webhooks still serve, but no Widget is reconciled and no finalizer removed, so deletions hang.'
           runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetControllerNotRunning.md
           summary: No replica can run the Widget controller.
+      - alert: WidgetWebhookBudgetRefusals
+        expr: sum by (namespace, job) (increase(widget_webhook_budget_refusals_total{job="{{ .Values.monitoring.job }}"}[5m])) > 0
+        for: 5m
+        labels:
+          severity: warning
+        annotations:
+          description: 'Replicas of job {{ "{{" }} $labels.job {{ "}}" }} in namespace {{ "{{" }} $labels.namespace {{ "}}" }} refused {{ "{{" }} $value | humanize {{ "}}" }} webhook requests in 5 minutes with HTTP 503 because the requests in flight held their whole memory budget (widget_webhook_inflight_bytes at widget_webhook_inflight_budget_bytes). The refused Widget reads and writes failed: large LISTs through the other version, or a client flooding the webhooks.'
+          runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetWebhookBudgetRefusals.md
+          summary: The webhooks refuse requests to stay inside their memory budget.
       - alert: WidgetControllerPaused
         expr: max by (namespace, job) (widget_controller_paused{job="{{ .Values.monitoring.job }}"}) == 1
         for: 15m

@@ -1,0 +1,115 @@
+// Package memprobe measures memory for the benchmarks and tests: the peak Go heap while a
+// function runs, the bytes this process has allocated, and the resident set size of a
+// process. It is pure Go, so the unit tier can use it too.
+package memprobe
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/metrics"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const (
+	// heapObjectsMetric is the heap held by objects, live or dead and not yet swept: the
+	// heap the process needs at that moment (HeapAlloc of runtime.MemStats), read without
+	// the stop-the-world of ReadMemStats.
+	heapObjectsMetric = "/memory/classes/heap/objects:bytes"
+	// allocsMetric is the cumulative bytes allocated on the heap.
+	allocsMetric = "/gc/heap/allocs:bytes"
+)
+
+// SampleInterval is how often PeakHeap reads the heap.
+const SampleInterval = 100 * time.Microsecond
+
+// Peak is what PeakHeap saw during one call.
+type Peak struct {
+	// Bytes is the highest heap seen during the call minus the heap before it (after a GC):
+	// what the call added at its worst, garbage not yet collected included, since that is
+	// memory the process must have.
+	Bytes uint64
+	// Samples is how many times the heap was read during the call. The runtime keeps no
+	// high-water mark of the heap, so the peak is sampled: with GOMAXPROCS=1 the sampling
+	// goroutine only runs when the scheduler preempts the call (about every 10 ms), and the
+	// peak is then a lower bound.
+	Samples int
+}
+
+// PeakHeap runs f while a goroutine reads the heap every SampleInterval, and returns the
+// highest heap seen above the heap before f. It collects garbage first, so that the baseline
+// is the live heap and f starts from the same state every time.
+func PeakHeap(f func()) Peak {
+	runtime.GC()
+	base := read(heapObjectsMetric)
+	stop, done := make(chan struct{}), make(chan Peak)
+	go func() {
+		s := []metrics.Sample{{Name: heapObjectsMetric}}
+		t := time.NewTicker(SampleInterval)
+		defer t.Stop()
+		var p Peak
+		for {
+			metrics.Read(s)
+			p.Bytes, p.Samples = max(p.Bytes, s[0].Value.Uint64()), p.Samples+1
+			select {
+			case <-stop:
+				done <- p
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	f()
+	// The heap as f returns, in case the sampler was starved of a CPU.
+	last := read(heapObjectsMetric)
+	close(stop)
+	p := <-done
+	p.Bytes = max(p.Bytes, last)
+	if p.Bytes < base {
+		p.Bytes = 0
+	} else {
+		p.Bytes -= base
+	}
+	return p
+}
+
+// Allocated is the bytes this process has allocated on the heap since it started; the
+// difference of two readings is what happened in between (every goroutine's allocations).
+func Allocated() uint64 { return read(allocsMetric) }
+
+func read(name string) uint64 {
+	s := []metrics.Sample{{Name: name}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// RSS returns the resident set size of process pid in bytes (VmRSS of /proc/PID/status):
+// what counts against a container's memory limit. Linux only.
+func RSS(pid int) (uint64, error) {
+	path := "/proc/" + strconv.Itoa(pid) + "/status"
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// "VmRSS:	  123456 kB"
+		rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: VmRSS %q: %w", path, rest, err)
+		}
+		return kb << 10, nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("%s has no VmRSS line (a kernel thread or a zombie?)", path)
+}

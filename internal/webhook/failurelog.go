@@ -1,0 +1,37 @@
+package webhook
+
+import (
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
+	"golang.org/x/time/rate"
+)
+
+// FailureLog logs failed webhook requests, each naming the objects it failed on, at a bounded
+// rate: a client that sends a bad review in a loop must not turn the log into the outage.
+// Lines it drops are counted and reported with the next line it writes.
+type FailureLog struct {
+	log     logr.Logger
+	limiter *rate.Limiter
+	dropped atomic.Int64
+}
+
+// NewFailureLog logs at most perSecond lines a second, burst at once.
+func NewFailureLog(log logr.Logger, perSecond float64, burst int) *FailureLog {
+	return &FailureLog{log: log, limiter: rate.NewLimiter(rate.Limit(perSecond), burst)}
+}
+
+// failed logs one failure; a nil FailureLog logs nothing.
+func (l *FailureLog) failed(message string, keysAndValues ...any) {
+	if l == nil {
+		return
+	}
+	if !l.limiter.Allow() {
+		l.dropped.Add(1)
+		return
+	}
+	if n := l.dropped.Swap(0); n > 0 {
+		keysAndValues = append(keysAndValues, "suppressedSinceLastLine", n)
+	}
+	l.log.Info("webhook request failed", append([]any{"error", message}, keysAndValues...)...)
+}
