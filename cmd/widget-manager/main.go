@@ -29,7 +29,7 @@ func main() {
 	fs.StringVar(&opts.WebhookKeyName, "webhook-key-name", opts.WebhookKeyName, "Key file name in --webhook-cert-dir.")
 	fs.Int64Var(&opts.MaxConversionBodyBytes, "conversion-max-body-bytes", 0, "Largest ConversionReview accepted; the apiserver sends whole LIST pages (0: derived from the memory limit, at most 64Mi).")
 	fs.Int64Var(&opts.MaxAdmissionBodyBytes, "admission-max-body-bytes", 0, "Largest AdmissionReview accepted (0: derived from the memory limit, at most 6Mi).")
-	fs.Int64Var(&opts.WebhookInFlightBytes, "webhook-inflight-bytes", 0, "Bytes the webhook requests in flight may hold, charged at their handler's peak factor (0: 70% of the Go memory limit; none without one).")
+	fs.Int64Var(&opts.WebhookInFlightBytes, "webhook-inflight-bytes", 0, "Bytes the webhook requests in flight may hold, charged at their handler's peak factor (0: 80% of the Go memory limit; none without one).")
 	fs.DurationVar(&opts.WebhookBudgetWait, "webhook-budget-wait", opts.WebhookBudgetWait, "How long a webhook request waits for its share of the in-flight budget before it is refused (503).")
 	memoryRatio := fs.Float64("gomemlimit-ratio", 0.9, "Lower the Go memory limit read from GOMEMLIMIT (the chart sets it to the container's memory limit) to this fraction of it, leaving room for memory the Go runtime does not manage.")
 	fs.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", opts.MetricsBindAddress, "Address of the HTTPS metrics endpoint (authenticated and authorized); 0 disables it.")

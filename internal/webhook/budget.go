@@ -16,21 +16,45 @@ import (
 // review is not starved by small ones), then gets a clear 503 instead of taking the pod to
 // its memory limit — and with it every Widget read, write and garbage collection that the
 // webhooks serve cluster-wide.
+//
+// Small requests — a single Widget's conversion on a GET or a watch event, an admission
+// review — have a reserve of their own (SmallReserveShare of the budget): a flood of large
+// reviews, from a LIST storm or a hostile client, makes large reviews wait, never the
+// everyday traffic behind them in the queue.
 type InFlightBudget struct {
 	total    int64
 	wait     time.Duration
-	sem      *semaphore.Weighted
+	large    *semaphore.Weighted
+	small    *semaphore.Weighted
+	reserve  int64
 	inFlight prometheus.Gauge
 	refused  *prometheus.CounterVec
+}
+
+// SmallReserveShare is the part of the budget, in eighths, kept for small requests, and
+// SmallCharge the largest charge that counts as small (a ConversionReview of about 400 KiB,
+// some 250 Widgets).
+const (
+	SmallReserveShare = 1
+	SmallCharge       = 1 << 20
+)
+
+// smallReserve is the part of a budget of total bytes kept for small requests; large ones
+// share the rest.
+func smallReserve(total int64) int64 {
+	return max(total/8*SmallReserveShare, min(total, SmallCharge))
 }
 
 // NewInFlightBudget allows total bytes in flight; requests wait at most wait for their share.
 // Its metrics are registered with reg.
 func NewInFlightBudget(total int64, wait time.Duration, reg prometheus.Registerer) (*InFlightBudget, error) {
+	reserve := smallReserve(total)
 	b := &InFlightBudget{
-		total: total,
-		wait:  wait,
-		sem:   semaphore.NewWeighted(total),
+		total:   total,
+		wait:    wait,
+		reserve: reserve,
+		large:   semaphore.NewWeighted(max(total-reserve, 1)),
+		small:   semaphore.NewWeighted(reserve),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "widget_webhook_inflight_bytes",
 			Help: "Bytes of the webhook requests being handled, charged as body size times the handler's peak factor.",
@@ -65,10 +89,15 @@ func (b *InFlightBudget) Limit(path string, factor float64, maxBody int64, next 
 		if r.ContentLength >= 0 && r.ContentLength < maxBody {
 			size = r.ContentLength
 		}
-		// A request larger than the whole budget runs alone rather than never.
-		charge := min(Charge(size, factor), b.total)
+		charge := Charge(size, factor)
+		pool, poolSize := b.small, b.reserve
+		if charge > SmallCharge {
+			pool, poolSize = b.large, b.total-b.reserve
+		}
+		// A request larger than its whole pool runs alone rather than never.
+		charge = min(charge, max(poolSize, 1))
 		ctx, cancel := context.WithTimeout(r.Context(), b.wait)
-		err := b.sem.Acquire(ctx, charge)
+		err := pool.Acquire(ctx, charge)
 		cancel()
 		if err != nil {
 			b.refused.WithLabelValues(path).Inc()
@@ -81,7 +110,7 @@ func (b *InFlightBudget) Limit(path string, factor float64, maxBody int64, next 
 		b.inFlight.Add(float64(charge))
 		defer func() {
 			b.inFlight.Sub(float64(charge))
-			b.sem.Release(charge)
+			pool.Release(charge)
 		}()
 		next.ServeHTTP(w, r)
 	})

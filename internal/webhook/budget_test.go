@@ -23,9 +23,10 @@ func TestLimitsFor(t *testing.T) {
 	}{
 		{name: "no memory limit: defaults, no budget", want: Limits{0, DefaultMaxConversionBodyBytes, DefaultMaxAdmissionBodyBytes}},
 		{name: "the chart's default limit holds a 64Mi review", memory: 256 << 20 / 10 * 9,
-			want: Limits{(256 << 20 / 10 * 9) / 10 * 7, 64 << 20, 6 << 20}},
+			want: Limits{(256 << 20 / 10 * 9) / 10 * InFlightShare, 64 << 20, 6 << 20}},
 		{name: "a small limit lowers the body limits", memory: 64 << 20,
-			want: Limits{46976202, 18790480, 6 << 20}}, // 70%; /2.5; the admission default is below /4
+			// 80%; the large requests' 7/8 of it /2.5; the admission default is below /5.
+			want: Limits{53687088, 18790480, 6 << 20}},
 		{name: "explicit values win", memory: 1 << 30, inFlight: 100 << 20, conversion: 10 << 20, admission: 1 << 20,
 			want: Limits{100 << 20, 10 << 20, 1 << 20}},
 		{name: "a body limit the budget cannot hold is refused", inFlight: 10 << 20, conversion: 8 << 20,
@@ -93,6 +94,41 @@ func TestBudgetQueuesThenRefuses(t *testing.T) {
 	if got := testutil.ToFloat64(b.inFlight); got != 0 {
 		t.Errorf("in flight after all answered: %v", got)
 	}
+}
+
+// TestBudgetKeepsAReserveForSmallRequests: while large reviews hold the large requests'
+// share and more wait for it, a single Widget's conversion goes through at once.
+func TestBudgetKeepsAReserveForSmallRequests(t *testing.T) {
+	b, err := NewInFlightBudget(16<<20, 300*time.Millisecond, prometheus.NewPedanticRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	entered := make(chan int64, 8)
+	h := b.Limit("/convert", 2, 64<<20, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- r.ContentLength
+		if r.ContentLength > 1<<20 {
+			<-release
+		}
+	}))
+	send := func(size int) int {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/convert", bytes.NewReader(make([]byte, size))))
+		return rec.Code
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { send(7 << 20) }) // charged 14Mi: the large share (16Mi less the 2Mi reserve)
+	<-entered
+	if code := send(4 << 20); code != http.StatusServiceUnavailable {
+		t.Errorf("a second large review got %d, want 503 after the wait", code)
+	}
+	for range 3 {
+		if code := send(2 << 10); code != http.StatusOK {
+			t.Errorf("a small review got %d while large ones held their share", code)
+		}
+	}
+	close(release)
+	wg.Wait()
 }
 
 func TestLimitBody(t *testing.T) {

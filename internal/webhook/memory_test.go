@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -13,8 +12,8 @@ import (
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
-	"github.com/widgetry/widget-operator/internal/conversion/conversiontest"
 	"github.com/widgetry/widget-operator/internal/testenv/memprobe"
+	"github.com/widgetry/widget-operator/internal/webhook/webhooktest"
 )
 
 // chartMemoryLimit is the chart's default resources.limits.memory; the manager runs with
@@ -64,72 +63,30 @@ func withMemoryLimit(t *testing.T) {
 	t.Cleanup(func() { debug.SetMemoryLimit(before) })
 }
 
-// reviewOf wraps raw object JSON (already an array's elements) in a ConversionReview.
-func reviewOf(desired, elements string) []byte {
-	return []byte(`{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"hostile","desiredAPIVersion":"` +
-		desired + `","objects":[` + elements + `]}}`)
-}
-
-// repeatTo repeats unit, separated by sep, until about size bytes.
-func repeatTo(unit, sep string, size int) string {
-	n := max(1, size/(len(unit)+len(sep)))
-	return strings.TrimSuffix(strings.Repeat(unit+sep, n), sep)
-}
-
 // TestHostileReviewsStayBounded: each shape that drove the old handler's heap to tens of
 // times its body gets a clear 4xx, a Failure, or its conversion, within ConversionPeakFactor
 // times its body (garbage not yet collected included), under the memory limit the manager
 // has in the pod.
 func TestHostileReviewsStayBounded(t *testing.T) {
 	withMemoryLimit(t)
-	const size = 8 << 20
-	widget := func(name, extra string) string {
-		return `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"` + name + `","namespace":"ns"` + extra + `},"spec":{"image":"i"}}`
-	}
-	for _, tc := range []struct {
-		name string
-		body []byte
-		// want is the answer: an HTTP status other than 200, or "Success"/"Failure".
-		want     string
-		wantText string
-	}{
-		{"an array of four million numbers", reviewOf(hubAPIVersion, repeatTo("0", ",", size)), "Failure", "object 1: not a JSON object, it is a number"},
-		{"an array of empty objects", reviewOf(hubAPIVersion, repeatTo("{}", ",", size)), "Failure", `object 1 (/, ): apiVersion "" kind ""`},
-		{"deep nesting", reviewOf(hubAPIVersion, strings.Repeat("[", size)), "400", "exceeded max depth"},
-		{"deep nesting inside a Widget", reviewOf(hubAPIVersion, `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a"},"spec":`+strings.Repeat(`{"a":`, size/5)), "400", "exceeded max depth"},
-		{"one huge string", reviewOf(hubAPIVersion, widget("a", `,"annotations":{"a":"`+strings.Repeat("x", size)+`"}`)), "Success", ""},
-		{"one huge key", reviewOf(hubAPIVersion, widget("a", `,"annotations":{"`+strings.Repeat("k", size)+`":"v"}`)), "Success", ""},
-		{"duplicate keys", reviewOf(hubAPIVersion, `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget",`+repeatTo(`"metadata":{"name":"a"}`, ",", size)+`,"spec":{"image":"i"}}`), "Success", ""},
-		{"duplicate keys in spec", reviewOf(hubAPIVersion, `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a"},"spec":{`+repeatTo(`"image":"i"`, ",", size)+`}}`), "Success", ""},
-		{"non-object elements after a Widget", reviewOf(hubAPIVersion, widget("a", "")+`,"s",null,`+repeatTo("[]", ",", size)), "Failure", "object 2: not a JSON object, it is a string"},
-		{"truncated JSON", reviewOf(hubAPIVersion, repeatTo(widget("a", ""), ",", size))[:size/2], "400", "unexpected end of JSON input"},
-		{"a quarter million minimal Widgets", reviewOf(hubAPIVersion, repeatTo(`{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a"}}`, ",", size)), "Success", ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			w, peak := serveMeasured(&ConversionHandler{}, ConvertPath, tc.body)
+	for _, tc := range webhooktest.Hostile(8 << 20) {
+		t.Run(tc.Name, func(t *testing.T) {
+			w, peak := serveMeasured(&ConversionHandler{}, ConvertPath, tc.Body)
 			got := fmt.Sprint(w.code)
 			if w.code == http.StatusOK {
-				var head struct {
-					Response struct {
-						Result struct{ Status, Message string }
-					}
+				var message string
+				got, message = webhooktest.Result(w.head)
+				if !strings.Contains(message, tc.WantText) {
+					t.Errorf("message %q does not say %q", message, tc.WantText)
 				}
-				// The head is the start of the response: decode the result from a closed prefix.
-				if i := bytes.Index(w.head, []byte(`"convertedObjects"`)); i > 0 {
-					_ = json.Unmarshal(append(append([]byte{}, w.head[:i-1]...), "}}"...), &head)
-				}
-				got = head.Response.Result.Status
-				if !strings.Contains(head.Response.Result.Message, tc.wantText) {
-					t.Errorf("message %q does not say %q", head.Response.Result.Message, tc.wantText)
-				}
-			} else if !strings.Contains(string(w.head), tc.wantText) {
-				t.Errorf("answer %q does not say %q", w.head, tc.wantText)
+			} else if !strings.Contains(string(w.head), tc.WantText) {
+				t.Errorf("answer %q does not say %q", w.head, tc.WantText)
 			}
-			if got != tc.want {
-				t.Errorf("answered %s, want %s: %.300s", got, tc.want, w.head)
+			if got != tc.Want {
+				t.Errorf("answered %s, want %s: %.300s", got, tc.Want, w.head)
 			}
-			ratio := float64(peak.Bytes) / float64(len(tc.body))
-			t.Logf("%d-byte body: peak heap %d bytes (%.2f× the body, %d samples), answered %s with %d bytes", len(tc.body), peak.Bytes, ratio, peak.Samples, got, w.n)
+			ratio := float64(peak.Bytes) / float64(len(tc.Body))
+			t.Logf("%d-byte body: peak heap %d bytes (%.2f× the body, %d samples), answered %s with %d bytes", len(tc.Body), peak.Bytes, ratio, peak.Samples, got, w.n)
 			if ratio > ConversionPeakFactor {
 				t.Errorf("peak heap %.2f× the body, over the %g× the in-flight budget charges", ratio, ConversionPeakFactor)
 			}
@@ -145,24 +102,11 @@ func TestLargestRealisticReviewFits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var objs []any
-	for size, i := 0, 0; ; i++ {
-		w := conversiontest.RealisticWidget("ns", i)
-		b, err := json.Marshal(w)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if size+len(b)+1 > int(limits.MaxConversionBody)-256 {
-			break
-		}
-		size += len(b) + 1
-		objs = append(objs, json.RawMessage(b))
-	}
-	body := reviewBody(t, "big", v1.GroupVersion.String(), objs...)
+	body, n := webhooktest.Realistic("big", v1.GroupVersion.String(), int(limits.MaxConversionBody))
 	w, peak := serveMeasured(&ConversionHandler{MaxBodyBytes: limits.MaxConversionBody}, ConvertPath, body)
 	ratio := float64(peak.Bytes) / float64(len(body))
 	t.Logf("%d Widgets in a %d-byte review (limit %d): HTTP %d, %d bytes answered, peak heap %d bytes (%.2f× the body)",
-		len(objs), len(body), limits.MaxConversionBody, w.code, w.n, peak.Bytes, ratio)
+		n, len(body), limits.MaxConversionBody, w.code, w.n, peak.Bytes, ratio)
 	if w.code != http.StatusOK || !bytes.Contains(w.head, []byte(`"status":"Success"`)) {
 		t.Fatalf("HTTP %d %.300s", w.code, w.head)
 	}

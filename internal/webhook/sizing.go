@@ -22,14 +22,18 @@ const DefaultMaxConversionBodyBytes = 64 << 20
 const DefaultMaxAdmissionBodyBytes = 6 << 20
 
 // AdmissionPeakFactor bounds the heap one AdmissionReview holds, as a multiple of its body:
-// controller-runtime reads the body whole (growing its buffer) and copies object and
-// oldObject out of it; the handlers decode only typed fields. Tests hold the handlers to it.
-const AdmissionPeakFactor = 4.0
+// controller-runtime reads the body whole into a buffer it grows by doubling from 512 bytes
+// (the outgrown buffers are garbage the heap holds until the next collection), then copies
+// object and oldObject out of it; the handlers decode only typed fields. Tests hold the
+// handlers to it.
+const AdmissionPeakFactor = 5.0
 
 // InFlightShare is the part of the memory limit the requests in flight may hold, in tenths:
-// at the chart's default limit (256Mi, so a Go memory limit of 230Mi) that is 161Mi, which
-// holds one ConversionReview at the 64Mi default body limit.
-const InFlightShare = 7
+// at the chart's default limit (256Mi, so a Go memory limit of 230Mi) that is 184Mi, of which
+// large requests share 161Mi (the rest is the small requests' reserve): one ConversionReview
+// at the 64Mi default body limit. The charge is an upper bound (a realistic review peaks at
+// 1.3× its body), so the rest of the process keeps more than the remaining 46Mi.
+const InFlightShare = 8
 
 // Limits are the webhook server's memory bounds.
 type Limits struct {
@@ -47,17 +51,19 @@ func LimitsFor(memoryLimit, inFlight, maxConversionBody, maxAdmissionBody int64)
 	if l.InFlightBytes == 0 && memoryLimit > 0 {
 		l.InFlightBytes = memoryLimit / 10 * InFlightShare
 	}
-	l.MaxConversionBody = derive(maxConversionBody, DefaultMaxConversionBodyBytes, l.InFlightBytes, ConversionPeakFactor)
-	l.MaxAdmissionBody = derive(maxAdmissionBody, DefaultMaxAdmissionBodyBytes, l.InFlightBytes, AdmissionPeakFactor)
+	// A body at the limit is a large request: it must fit the large requests' share.
+	large := l.InFlightBytes - smallReserve(l.InFlightBytes)
+	l.MaxConversionBody = derive(maxConversionBody, DefaultMaxConversionBodyBytes, large, ConversionPeakFactor)
+	l.MaxAdmissionBody = derive(maxAdmissionBody, DefaultMaxAdmissionBodyBytes, large, AdmissionPeakFactor)
 	if l.InFlightBytes > 0 {
 		for _, c := range []struct {
 			flag   string
 			limit  int64
 			factor float64
 		}{{"--conversion-max-body-bytes", l.MaxConversionBody, ConversionPeakFactor}, {"--admission-max-body-bytes", l.MaxAdmissionBody, AdmissionPeakFactor}} {
-			if need := Charge(c.limit, c.factor); need > l.InFlightBytes {
-				return l, fmt.Errorf("%s=%d needs %d bytes in flight (%g× the body) but the in-flight budget is %d bytes: lower it, or raise the memory limit (resources.limits.memory) or --webhook-inflight-bytes",
-					c.flag, c.limit, need, c.factor, l.InFlightBytes)
+			if need := Charge(c.limit, c.factor); need > large {
+				return l, fmt.Errorf("%s=%d needs %d bytes in flight (%g× the body) but large requests may hold %d bytes of the in-flight budget of %d: lower it, or raise the memory limit (resources.limits.memory) or --webhook-inflight-bytes",
+					c.flag, c.limit, need, c.factor, large, l.InFlightBytes)
 			}
 		}
 	}
