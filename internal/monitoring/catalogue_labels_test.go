@@ -1,13 +1,13 @@
 package monitoring
 
 import (
-	"time"
 	"crypto/x509"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"

@@ -86,7 +86,9 @@ func Hostile(size int) []Review {
 // answer whole.
 func Result(head []byte) (status, message string) {
 	var r struct {
-		Response struct{ Result struct{ Status, Message string } }
+		Response struct {
+			Result struct{ Status, Message string }
+		}
 	}
 	s := string(head)
 	if i := strings.Index(s, `,"convertedObjects"`); i > 0 {
