@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"time"
 
@@ -229,6 +231,20 @@ func validateWidget(obj, old *admissionObject) (field.ErrorList, []string) {
 			warnings = append(warnings, fmt.Sprintf("%s: image %q uses the :latest tag; pin a tag or digest so rollouts are reproducible", spec.Child("image"), image))
 		}
 	}
+	// Each endpoint is a port of the Widget's container and of its Service, where the
+	// apiserver refuses a port listed twice: the controller could never apply such a Widget.
+	portsChanged := old == nil || !reflect.DeepEqual(old.hub.Spec.Endpoints, w.Spec.Endpoints)
+	byPort := map[int32]string{}
+	for _, name := range slices.Sorted(maps.Keys(w.Spec.Endpoints)) {
+		port := w.Spec.Endpoints[name].Port
+		if other, taken := byPort[port]; taken {
+			err := field.Duplicate(endpointPortPath(obj, name), port)
+			err.Detail = fmt.Sprintf("endpoint %q has port %d too; the Widget's container and Service cannot list a port twice", other, port)
+			refuse(portsChanged, err)
+			continue
+		}
+		byPort[port] = name
+	}
 	if w.Spec.Size != nil && *w.Spec.Size == 0 {
 		warnings = append(warnings, fmt.Sprintf("%s is 0: the Widget runs no pods and its Service has no endpoints", sizePath))
 	}
@@ -243,6 +259,20 @@ func validateWidget(obj, old *admissionObject) (field.ErrorList, []string) {
 		}
 	}
 	return errs, warnings
+}
+
+// endpointPortPath names an endpoint's port as the request version does: v1alpha1 lists
+// endpoints, v1 maps them by name.
+func endpointPortPath(obj *admissionObject, name string) *field.Path {
+	endpoints := field.NewPath("spec", "endpoints")
+	if obj.spoke != nil {
+		for i, e := range obj.spoke.Spec.Endpoints {
+			if e.Name == name {
+				return endpoints.Index(i).Child("port")
+			}
+		}
+	}
+	return endpoints.Key(name).Child("port")
 }
 
 // parseImage parses an image reference with the grammar the kubelet applies before it pulls

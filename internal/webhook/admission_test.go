@@ -189,6 +189,11 @@ func TestValidatorFieldPathsAndWarnings(t *testing.T) {
 		{"registry port and tag", "v1", `{"metadata":{"name":"a"},"spec":{"image":"localhost:5000/server:v1.2"}}`, true, nil},
 		{"uppercase registry host", "v1alpha1", `{"metadata":{"name":"a"},"spec":{"image":"Registry.Example.com/x:v1"}}`, true, nil},
 		{"uppercase tag", "v1", `{"metadata":{"name":"a"},"spec":{"image":"server:V1.2-RC"}}`, true, nil},
+		{"two endpoints on one port through v1alpha1", "v1alpha1", `{"metadata":{"name":"a"},"spec":{"image":"i:1","endpoints":[{"name":"http","port":8080},{"name":"web","port":8080}]}}`, false,
+			[]string{"spec.endpoints[1].port: Duplicate value: 8080", `endpoint "http" has port 8080 too`}},
+		{"two endpoints on one port through v1", "v1", `{"metadata":{"name":"a"},"spec":{"image":"i:1","endpoints":{"http":{"port":8080},"web":{"port":8080}}}}`, false,
+			[]string{"spec.endpoints[web].port: Duplicate value: 8080"}},
+		{"endpoints on distinct ports", "v1", `{"metadata":{"name":"a"},"spec":{"image":"i:1","endpoints":{"http":{"port":8080},"web":{"port":8081}}}}`, true, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp := Validator{}.Handle(context.Background(), admissionRequest(tc.version, tc.object))
@@ -220,12 +225,15 @@ func TestValidatorRatchets(t *testing.T) {
 		legacy3 = `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"team/Server:v1","replicas":3,"timeoutSeconds":2}}`
 		fixed   = `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"team/server:v1","replicas":1,"timeoutSeconds":2}}`
 		// broken cannot even be decoded: its conversion data is not JSON.
-		broken      = `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a","annotations":{"widgetry.io/conversion-data":"nonsense"}},"spec":{"image":"i:1","replicas":1,"timeoutSeconds":2}}`
-		brokenBig   = `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a","annotations":{"widgetry.io/conversion-data":"nonsense"}},"spec":{"image":"i:1","replicas":3,"timeoutSeconds":2}}`
-		badTimeout  = `{"apiVersion":"widgetry.io/v1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:1","timeout":"1 second"}}`
-		badTimeout2 = `{"apiVersion":"widgetry.io/v1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:1","timeout":"2 seconds"}}`
-		badTimeoutP = `{"apiVersion":"widgetry.io/v1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:1","timeout":"1 second","paused":true}}`
-		cleanup     = "widgetry.io/catalog-cleanup"
+		broken        = `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a","annotations":{"widgetry.io/conversion-data":"nonsense"}},"spec":{"image":"i:1","replicas":1,"timeoutSeconds":2}}`
+		brokenBig     = `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a","annotations":{"widgetry.io/conversion-data":"nonsense"}},"spec":{"image":"i:1","replicas":3,"timeoutSeconds":2}}`
+		badTimeout    = `{"apiVersion":"widgetry.io/v1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:1","timeout":"1 second"}}`
+		badTimeout2   = `{"apiVersion":"widgetry.io/v1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:1","timeout":"2 seconds"}}`
+		badTimeoutP   = `{"apiVersion":"widgetry.io/v1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:1","timeout":"1 second","paused":true}}`
+		cleanup       = "widgetry.io/catalog-cleanup"
+		dupPorts      = `{"apiVersion":"widgetry.io/v1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:1","endpoints":{"a":{"port":8080},"b":{"port":8080}}}}`
+		dupPorts2     = `{"apiVersion":"widgetry.io/v1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:2","endpoints":{"a":{"port":8080},"b":{"port":8080}}}}`
+		distinctPorts = `{"apiVersion":"widgetry.io/v1","kind":"Widget","metadata":{"name":"a"},"spec":{"image":"i:1","endpoints":{"a":{"port":8080},"b":{"port":8081}}}}`
 	)
 	for _, tc := range []struct {
 		name, version, object, old string
@@ -239,6 +247,8 @@ func TestValidatorRatchets(t *testing.T) {
 		{"valid image made invalid", "v1alpha1", legacy, fixed, false, "must be lowercase"},
 		{"unchanged invalid timeout", "v1", badTimeoutP, badTimeout, true, "admitted because this update does not change it"},
 		{"invalid timeout changed to another invalid one", "v1", badTimeout2, badTimeout, false, "spec.timeout"},
+		{"unchanged duplicate ports, image changed", "v1", dupPorts2, dupPorts, true, "admitted because this update does not change it"},
+		{"duplicate ports made", "v1", dupPorts, distinctPorts, false, "Duplicate value: 8080"},
 
 		{"finalizer removed from a deleting Widget with an invalid image", "v1alpha1", deleting(legacy), deleting(legacy, cleanup), true, ""},
 		{"finalizer removed from a deleting Widget conversion cannot read", "v1alpha1", deleting(broken, "a"), deleting(broken, "a", cleanup), true, ""},

@@ -60,8 +60,10 @@ func RealisticWidget(namespace string, i int) *v1alpha1.Widget {
 			},
 		},
 	}
-	for _, name := range []string{"admin", "grpc", "http", "metrics", "probe"} {
-		w.Spec.Endpoints = append(w.Spec.Endpoints, v1alpha1.Endpoint{Name: name, Port: int32(8000 + len(name) + i%50)})
+	// Distinct ports, as in a Widget the controller can run (its Deployment's container
+	// cannot list a port twice), all of four digits.
+	for k, name := range []string{"admin", "grpc", "http", "metrics", "probe"} {
+		w.Spec.Endpoints = append(w.Spec.Endpoints, v1alpha1.Endpoint{Name: name, Port: int32(8000 + 100*k + i%50)})
 	}
 	return w
 }
