@@ -173,6 +173,9 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	// CRD, and a missing CRD, an unknown storage version or RBAC denied must not stop the
 	// webhooks.
 	buildController := func(ctx context.Context) (ctrl.Manager, error) {
+		if err := checkControllerRBAC(ctx, cfg, opts.Namespace); err != nil {
+			return nil, err
+		}
 		controllerMgr, err := newControllerManager(cfg, opts, s)
 		if err != nil {
 			return nil, err
