@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,16 +20,20 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/widgetry/widget-operator/api/v1alpha1"
+	"github.com/widgetry/widget-operator/internal/chart"
 	"github.com/widgetry/widget-operator/internal/controller"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/manager"
 	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/testenv"
+	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
 
@@ -389,6 +395,120 @@ func TestWebhooksWithoutTheController(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 2*time.Minute, "the controller, set up again, finalizes the Widget", func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
+			return err
+		}
+		if !slices.Contains(w.Finalizers, controller.Finalizer) {
+			return fmt.Errorf("finalizers %v", w.Finalizers)
+		}
+		return nil
+	})
+	select {
+	case <-m.Exited():
+		t.Fatalf("the manager exited: %v", m.ExitErr())
+	default:
+	}
+}
+
+// TestWebhooksWithoutWidgetRBAC: a manager running as the chart's ServiceAccount, with the
+// chart's RBAC but the Widget rules taken out of its ClusterRole, serves conversion and
+// admission and is Ready; its controller fails (its Widget informer cannot list) and is set
+// up again with backoff, logging why; once the rules are back it reconciles.
+func TestWebhooksWithoutWidgetRBAC(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
+	op := widgetenv.Setup(t, env, crd.StageInitial)
+	ctx := t.Context()
+
+	// The chart's RBAC for the manager, as helm renders it.
+	manifests, err := chart.Render(chart.RenderOptions{Helm: prereq.Tool(t, "helm3"), Chart: filepath.Join(prereq.RepoRoot(t), "charts", "widget-operator"),
+		Namespace: widgetenv.Namespace, ShowOnly: []string{"templates/clusterrole.yaml", "templates/clusterrolebinding.yaml", "templates/role.yaml", "templates/rolebinding.yaml"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := chart.Parse(manifests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var managerRole *rbacv1.ClusterRole
+	for _, o := range objs {
+		if _, hook := o.GetAnnotations()["helm.sh/hook"]; hook {
+			continue // the hooks' RBAC
+		}
+		if o.GetKind() == "ClusterRole" && o.GetName() == "widget-operator-manager" {
+			managerRole = &rbacv1.ClusterRole{}
+			if err := chart.Into(o, managerRole); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		o.SetResourceVersion("")
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatalf("create %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+	if managerRole == nil {
+		t.Fatal("the chart renders no ClusterRole for the manager")
+	}
+	withWidgets := managerRole.DeepCopy()
+	managerRole.Rules = slices.DeleteFunc(managerRole.Rules, func(r rbacv1.PolicyRule) bool { return slices.Contains(r.APIGroups, "widgetry.io") })
+	if len(managerRole.Rules) == len(withWidgets.Rules) {
+		t.Fatal("the manager's ClusterRole has no widgetry.io rule to take out")
+	}
+	if err := env.Client.Create(ctx, managerRole); err != nil {
+		t.Fatal(err)
+	}
+
+	// The manager runs as the chart's ServiceAccount: a client certificate with its user name.
+	user, err := env.Environment.ControlPlane.AddUser(envtest.User{Name: "system:serviceaccount:" + widgetenv.Namespace + ":widget-operator",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + widgetenv.Namespace, "system:authenticated"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfigPath := filepath.Join(t.TempDir(), "manager.kubeconfig")
+	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := op.StartManager(t, widgetenv.ManagerOptions{Kubeconfig: kubeconfigPath})
+
+	loadCtx, stop := context.WithTimeout(ctx, 3*time.Second)
+	defer stop()
+	load := &widgetenv.Load{Client: op.WebhookClient(), Rate: 20,
+		Targets: func() []string { return []string{"https://127.0.0.1:" + strconv.Itoa(m.WebhookPort)} }}
+	if res := load.Run(loadCtx); res.Requests < 20 || res.Failures > 0 {
+		t.Fatalf("webhooks without RBAC for Widgets: %s %v", res, res.Errors)
+	}
+	if !m.Ready() {
+		t.Fatal("the manager is not Ready without RBAC for Widgets")
+	}
+	w := &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: widgetenv.Namespace, Name: "rbac"}, Spec: v1alpha1.WidgetSpec{Image: "srv:1"}}
+	if err := env.Client.Create(ctx, w); err != nil {
+		t.Fatalf("a Widget written through the webhooks of a manager without RBAC for Widgets: %v", err)
+	}
+	testenv.Eventually(t, 2*time.Minute, "the manager logs why its controller cannot run", func() error {
+		b, err := os.ReadFile(m.LogFile)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(b), "the Widget controller failed") || !strings.Contains(string(b), "may not list widgets.widgetry.io cluster-wide") {
+			return fmt.Errorf("no such line yet")
+		}
+		return nil
+	})
+
+	// The rules back: the controller, set up again, reconciles.
+	current := &rbacv1.ClusterRole{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(managerRole), current); err != nil {
+		t.Fatal(err)
+	}
+	current.Rules = withWidgets.Rules
+	if err := env.Client.Update(ctx, current); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 3*time.Minute, "the controller, set up again, finalizes the Widget", func() error {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
 			return err
 		}

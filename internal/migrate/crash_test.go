@@ -47,14 +47,14 @@ const updatesAnnotation = "test.widgetry.io/updates"
 // is re-encoded, none lost or duplicated, each counted exactly once, and no update is lost.
 func TestCrashAndResume(t *testing.T) {
 	t.Parallel() // each test has its own control plane; they overlap their waits
-	n := envInt(t, "WIDGET_MIGRATE_CRASH_OBJECTS", 2000)
-	kills := envInt(t, "WIDGET_MIGRATE_KILLS", 3)
+	n := widgetenv.EnvInt(t, "WIDGET_MIGRATE_CRASH_OBJECTS", 2000)
+	kills := widgetenv.EnvInt(t, "WIDGET_MIGRATE_KILLS", 3)
 	if kills > 80 {
 		t.Fatalf("WIDGET_MIGRATE_KILLS=%d: at most 80 distinct kill points (one per percent from 10 to 89)", kills)
 	}
 	env := startEnv(t, testenv.Options{}, "fleet")
 	ctx := context.Background()
-	createWidgets(t, env, "fleet", n)
+	widgetenv.CreateWidgets(t, env.Client, "fleet", n)
 	uids := uidsByName(t, env)
 	widgetenv.SetStorageVersion(t, env, "v1", probeNamespace)
 

@@ -5,23 +5,25 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/api/v1alpha1"
-	"github.com/widgetry/widget-operator/internal/conversion"
 	"github.com/widgetry/widget-operator/internal/conversion/conversiontest"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/migrate"
@@ -29,23 +31,11 @@ import (
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
 
-// Sizes of the integration tests; `make test-long` raises them.
+// Sizes of the integration tests (widgetenv.EnvInt); `make test-long` raises them.
 //
 //	WIDGET_MIGRATE_OBJECTS        objects of the main proofs (default 1000)
 //	WIDGET_MIGRATE_CRASH_OBJECTS  objects of the crash-and-resume proof (default 2000)
 //	WIDGET_MIGRATE_KILLS          kill points of the crash-and-resume proof (default 3)
-func envInt(tb testing.TB, name string, def int) int {
-	tb.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		tb.Fatalf("%s=%q: want a positive integer", name, v)
-	}
-	return n
-}
 
 // progressNamespace holds the progress ConfigMaps in the tests; probeNamespace the storage
 // probes of widgetenv.
@@ -98,81 +88,6 @@ func (s *logSink) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.buf.String()
-}
-
-// createWidgets creates n Widgets in namespace: even ones through v1alpha1 (realistic
-// objects: labels, annotations, finalizer, five endpoints), odd ones through v1 with what
-// only v1 can hold (paused, fractional timeouts), so that stored v1alpha1 objects carry the
-// conversion-data annotation. Every tenth gets a status.
-func createWidgets(t testing.TB, env *testenv.Env, namespace string, n int) {
-	t.Helper()
-	ctx := context.Background()
-	parallel(t, n, func(i int) error {
-		src := conversiontest.RealisticWidget(namespace, i)
-		src.ObjectMeta = metav1.ObjectMeta{Namespace: namespace, Name: src.Name, Labels: src.Labels,
-			Annotations: src.Annotations, Finalizers: src.Finalizers}
-		status := src.Status
-		src.Status = v1alpha1.WidgetStatus{}
-		var obj client.Object = src
-		if i%2 == 1 {
-			hub := &v1.Widget{}
-			if err := conversion.ConvertWidgetToHub(ctx, src, hub); err != nil {
-				return err
-			}
-			hub.Spec.Paused = i%4 == 1
-			hub.Spec.Timeout = ptr.To(fmt.Sprintf("%d.5s", i%100+1))
-			obj = hub
-		}
-		if err := env.Client.Create(ctx, obj); err != nil {
-			return err
-		}
-		if i%10 != 0 {
-			return nil
-		}
-		// Status through v1alpha1, whatever the object was created through.
-		spoke := &v1alpha1.Widget{}
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), spoke); err != nil {
-			return err
-		}
-		spoke.Status = status
-		return env.Client.Status().Update(ctx, spoke)
-	})
-}
-
-// parallel runs f(0..n-1) on 8 workers and fails the test on the first error.
-func parallel(t testing.TB, n int, f func(i int) error) {
-	t.Helper()
-	parallelOn(t, 8, n, f)
-}
-
-// parallelOn runs f(0..n-1) on the given number of workers and fails the test on the first error.
-func parallelOn(t testing.TB, workers, n int, f func(i int) error) {
-	t.Helper()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	next := make(chan int)
-	for range workers {
-		wg.Go(func() {
-			for i := range next {
-				if err := f(i); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("object %d: %w", i, err)
-					}
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	if firstErr != nil {
-		t.Fatal(firstErr)
-	}
 }
 
 // views are every Widget of a namespace as read through each served version, keyed by name.
@@ -241,6 +156,52 @@ func assertStoredIn(t testing.TB, env *testenv.Env, namespace, version string, n
 	if got != n || len(wrong) > 0 {
 		t.Fatalf("etcd holds %d Widgets in %s (want %d); %d not in %s, e.g. %v", got, namespace, n, len(wrong), want, wrong[:min(len(wrong), 5)])
 	}
+}
+
+// setStatusSubresource gives every version of the live Widget CRD the status subresource it
+// ships with (on) or none (off, the scale subresource kept). Without one, the migrator
+// rewrites through the main resource, which admission sees.
+func setStatusSubresource(t testing.TB, env *testenv.Env, on bool) {
+	t.Helper()
+	shipped := map[string]*apiextensionsv1.CustomResourceSubresources{}
+	for _, v := range crd.Widget().Spec.Versions {
+		shipped[v.Name] = v.Subresources
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		live := &apiextensionsv1.CustomResourceDefinition{}
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: crd.WidgetName}, live); err != nil {
+			return err
+		}
+		for i := range live.Spec.Versions {
+			v := &live.Spec.Versions[i]
+			switch {
+			case on:
+				v.Subresources = shipped[v.Name].DeepCopy()
+			case v.Subresources != nil:
+				v.Subresources.Status = nil
+			}
+		}
+		return env.Client.Update(context.Background(), live)
+	})
+	if err != nil {
+		t.Fatalf("set the Widget CRD's status subresource to %v: %v", on, err)
+	}
+	// The apiserver rebuilds the CRD's handlers from an informer: wait until discovery, which
+	// follows the same update, lists widgets/status or no longer does.
+	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "discovery follows the status subresource", func() error {
+		list, err := dc.ServerResourcesForGroupVersion(v1.GroupVersion.String())
+		if err != nil {
+			return err
+		}
+		if served := slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "widgets/status" }); served != on {
+			return fmt.Errorf("widgets/status served: %v", served)
+		}
+		return nil
+	})
 }
 
 func storedVersions(t testing.TB, env *testenv.Env) []string {

@@ -21,10 +21,10 @@ import (
 // kube-controller-manager, not the migrator, trims storedVersions.
 func TestInTreeBackend(t *testing.T) {
 	t.Parallel() // each test has its own control plane; they overlap their waits
-	n := envInt(t, "WIDGET_MIGRATE_OBJECTS", 1000)
+	n := widgetenv.EnvInt(t, "WIDGET_MIGRATE_OBJECTS", 1000)
 	env := startEnv(t, testenv.Options{ControllerManager: true}, "fleet")
 	ctx := context.Background()
-	createWidgets(t, env, "fleet", n)
+	widgetenv.CreateWidgets(t, env.Client, "fleet", n)
 	before := readViews(t, env, "fleet")
 	m := newMigrator(t, env)
 

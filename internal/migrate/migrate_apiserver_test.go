@@ -30,10 +30,10 @@ import (
 // the reverse: storage back to v1alpha1, migrate --to v1alpha1.
 func TestMigrateClientForwardAndReverse(t *testing.T) {
 	t.Parallel() // each test has its own control plane; they overlap their waits
-	n := envInt(t, "WIDGET_MIGRATE_OBJECTS", 1000)
+	n := widgetenv.EnvInt(t, "WIDGET_MIGRATE_OBJECTS", 1000)
 	env := startEnv(t, testenv.Options{}, "fleet")
 	ctx := context.Background()
-	createWidgets(t, env, "fleet", n)
+	widgetenv.CreateWidgets(t, env.Client, "fleet", n)
 	assertStoredIn(t, env, "fleet", "v1alpha1", n)
 	before := readViews(t, env, "fleet")
 	m := newMigrator(t, env)
@@ -211,10 +211,10 @@ widget_migration_objects_total{crd="widgets.widgetry.io",result="not_found"} 0
 func TestTrimAbortsWhenStorageChangesMidRun(t *testing.T) {
 	t.Parallel() // each test has its own control plane; they overlap their waits
 	// Half the objects are enough for a flip in the middle of the run.
-	n := envInt(t, "WIDGET_MIGRATE_OBJECTS", 1000) / 2
+	n := widgetenv.EnvInt(t, "WIDGET_MIGRATE_OBJECTS", 1000) / 2
 	env := startEnv(t, testenv.Options{}, "fleet")
 	ctx := context.Background()
-	createWidgets(t, env, "fleet", n)
+	widgetenv.CreateWidgets(t, env.Client, "fleet", n)
 	m := newMigrator(t, env)
 
 	for _, tc := range []struct {

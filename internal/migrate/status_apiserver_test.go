@@ -11,7 +11,6 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -38,7 +37,7 @@ func TestMigrateWritesThroughStatusPastAdmission(t *testing.T) {
 	const n = 20
 	env := startEnv(t, testenv.Options{}, "fleet")
 	ctx := context.Background()
-	createWidgets(t, env, "fleet", n)
+	widgetenv.CreateWidgets(t, env.Client, "fleet", n)
 	assertStoredIn(t, env, "fleet", "v1alpha1", n)
 	refuseWidgetUpdates(t, env)
 	m := newMigrator(t, env)
@@ -63,16 +62,7 @@ func TestMigrateWritesThroughStatusPastAdmission(t *testing.T) {
 	})
 
 	t.Run("without a status subresource, through the main resource, which admission sees", func(t *testing.T) {
-		live := &apiextensionsv1.CustomResourceDefinition{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: crd.WidgetName}, live); err != nil {
-			t.Fatal(err)
-		}
-		for i := range live.Spec.Versions {
-			live.Spec.Versions[i].Subresources.Status = nil
-		}
-		if err := env.Client.Update(ctx, live); err != nil {
-			t.Fatalf("drop the status subresource: %v", err)
-		}
+		setStatusSubresource(t, env, false)
 		widgetenv.SetStorageVersion(t, env, "v1alpha1", probeNamespace)
 		_, err := m.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, ProgressNamespace: progressNamespace, Backend: migrate.BackendClient, StatusSubresource: true})
 		if !migrate.IsRefused(err) || !strings.Contains(err.Error(), "has no status subresource") {

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
 	crconversion "sigs.k8s.io/controller-runtime/pkg/webhook/conversion"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
@@ -16,6 +18,7 @@ import (
 	"github.com/widgetry/widget-operator/internal/conversion"
 	"github.com/widgetry/widget-operator/internal/conversion/conversiontest"
 	"github.com/widgetry/widget-operator/internal/scheme"
+	"github.com/widgetry/widget-operator/internal/testenv/memprobe"
 )
 
 // stockHandler is controller-runtime's own conversion webhook over the same types and the
@@ -71,25 +74,66 @@ func floorHandler(w http.ResponseWriter, r *http.Request) {
 }
 
 // benchReviews returns a ConversionReview of n realistic v1alpha1 Widgets to v1, and the
-// same Widgets as v1 to v1alpha1.
+// same Widgets as v1 to v1alpha1. Every fourth v1 Widget holds what v1alpha1 cannot express
+// (spec.paused, or a timeout that is not whole seconds), so converting it to v1alpha1 writes
+// the widgetry.io/conversion-data annotation into its metadata, and its v1alpha1 form in the
+// other review carries that annotation for the way back: the re-encode path, where metadata
+// does not pass through untouched.
 func benchReviews(tb testing.TB, n int) (toV1, toV1alpha1 []byte) {
+	tb.Helper()
+	ctx := context.Background()
 	spokes := make([]any, n)
 	hubs := make([]any, n)
 	for i := range n {
 		s := conversiontest.RealisticWidget("bench", i)
-		spokes[i] = s
 		h := &v1.Widget{}
-		if err := conversion.ConvertWidgetToHub(context.Background(), s.DeepCopy(), h); err != nil {
+		if err := conversion.ConvertWidgetToHub(ctx, s.DeepCopy(), h); err != nil {
 			tb.Fatal(err)
 		}
-		hubs[i] = h
+		if i%4 == 3 {
+			if i%8 == 3 {
+				h.Spec.Paused = true
+			} else {
+				h.Spec.Timeout = ptr.To(fmt.Sprintf("%d.5s", i%100+1))
+			}
+			s = &v1alpha1.Widget{}
+			if err := conversion.ConvertWidgetFromHub(ctx, h.DeepCopy(), s); err != nil {
+				tb.Fatal(err)
+			}
+			if _, ok := s.Annotations[conversion.DataAnnotation]; !ok {
+				tb.Fatalf("widget %d: v1alpha1 form has no %s annotation", i, conversion.DataAnnotation)
+			}
+		}
+		spokes[i], hubs[i] = s, h
 	}
 	return reviewBody(tb, "bench", "widgetry.io/v1", spokes...), reviewBody(tb, "bench", "widgetry.io/v1alpha1", hubs...)
 }
 
+// serveReview sends one ConversionReview to h as the webhook server would, into a
+// countingWriter (like a connection, it keeps no copy of the answer: an
+// httptest.ResponseRecorder would hold all of it and grow it by doubling), and fails the
+// benchmark unless h answers 200.
+func serveReview(b *testing.B, name string, h http.Handler, body []byte) {
+	req := httptest.NewRequest(http.MethodPost, ConvertPath, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	w := newCountingWriter()
+	h.ServeHTTP(w, req)
+	mustSucceed(b, name, w)
+}
+
+func mustSucceed(b *testing.B, name string, w *countingWriter) {
+	if w.code != http.StatusOK {
+		b.Fatalf("%s: %d %.300s", name, w.code, w.head)
+	}
+}
+
 // BenchmarkConvertReview measures one ConversionReview of 10,000 Widgets each way for
 // (a) this handler, (b) controller-runtime's stock handler and (c) the encoding/json floor.
-// scripts/bench-ratios.sh prints a/b and a/c from its output.
+// Besides time, each sub-benchmark reports the bytes allocated per byte of the body
+// (alloc-B/payload-B, over all iterations) and the peak heap of one more review, sampled
+// (peak-heap-B, and peak-heap/body). `make bench` runs it at -cpu 1 (the algorithm alone)
+// and on all cores (the handler splits a large review over them); scripts/bench-ratios.sh
+// prints a/b and a/c, and the memory ratios, per -cpu setting.
 func BenchmarkConvertReview(b *testing.B) {
 	toV1, toV1alpha1 := benchReviews(b, 10000)
 	handlers := []struct {
@@ -108,15 +152,17 @@ func BenchmarkConvertReview(b *testing.B) {
 			b.Run(dir.name+"/"+h.name, func(b *testing.B) {
 				b.SetBytes(int64(len(dir.body)))
 				b.ReportAllocs()
+				allocated := memprobe.Allocated()
 				for b.Loop() {
-					req := httptest.NewRequest(http.MethodPost, "/convert", bytes.NewReader(dir.body))
-					req.Header.Set("Content-Type", "application/json")
-					rec := httptest.NewRecorder()
-					h.h.ServeHTTP(rec, req)
-					if rec.Code != http.StatusOK {
-						b.Fatalf("%s: %d %.300s", h.name, rec.Code, rec.Body.String())
-					}
+					serveReview(b, h.name, h.h, dir.body)
 				}
+				// The timer is stopped once b.Loop returns false: neither the reading nor the
+				// sampled review below counts in ns/op.
+				b.ReportMetric(float64(memprobe.Allocated()-allocated)/float64(b.N)/float64(len(dir.body)), "alloc-B/payload-B")
+				w, peak := serveMeasured(h.h, ConvertPath, dir.body)
+				mustSucceed(b, h.name, w)
+				b.ReportMetric(float64(peak.Bytes), "peak-heap-B")
+				b.ReportMetric(float64(peak.Bytes)/float64(len(dir.body)), "peak-heap/body")
 			})
 		}
 	}

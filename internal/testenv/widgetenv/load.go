@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,14 +26,32 @@ type Load struct {
 	Targets func() []string
 	// Rate is the total number of requests per second.
 	Rate int
+	// Paths are the webhook paths requests go to in turn: webhook.ConvertPath gets a
+	// single-object ConversionReview, webhook.ValidatePath an AdmissionReview. Default:
+	// both, alternately.
+	Paths []string
 }
 
 // LoadResult sums up a run.
 type LoadResult struct {
 	Requests, Failures int
 	Worst              time.Duration
+	// Latencies are every request's, in the order they completed.
+	Latencies []time.Duration
 	// Errors holds the first failures, for the test's message.
 	Errors []string
+}
+
+// Quantile is the q-quantile (0 < q <= 1) of the latencies, the nearest rank; 0 without
+// requests.
+func (r *LoadResult) Quantile(q float64) time.Duration {
+	if len(r.Latencies) == 0 {
+		return 0
+	}
+	sorted := slices.Clone(r.Latencies)
+	slices.Sort(sorted)
+	rank := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(rank, 0), len(sorted)-1)]
 }
 
 func (r *LoadResult) String() string {
@@ -51,6 +71,10 @@ func (l *Load) Run(ctx context.Context) *LoadResult {
 	res := &LoadResult{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	paths := l.Paths
+	if len(paths) == 0 {
+		paths = []string{webhook.ConvertPath, webhook.ValidatePath}
+	}
 	ticker := time.NewTicker(time.Second / time.Duration(l.Rate))
 	defer ticker.Stop()
 	for i := 0; ; i++ {
@@ -65,9 +89,9 @@ func (l *Load) Run(ctx context.Context) *LoadResult {
 			continue
 		}
 		target := targets[i%len(targets)]
-		path, body := webhook.ConvertPath, conversionBody
-		if i%2 == 1 {
-			path, body = webhook.ValidatePath, admissionBody
+		path, body := paths[i%len(paths)], admissionBody
+		if path == webhook.ConvertPath {
+			body = conversionBody
 		}
 		wg.Go(func() {
 			start := time.Now()
@@ -77,6 +101,7 @@ func (l *Load) Run(ctx context.Context) *LoadResult {
 			defer mu.Unlock()
 			res.Requests++
 			res.Worst = max(res.Worst, d)
+			res.Latencies = append(res.Latencies, d)
 			if err != nil {
 				res.Failures++
 				if len(res.Errors) < 5 {

@@ -105,6 +105,13 @@ func (o *Operator) url(path string) string {
 
 func (o *Operator) installWebhookConfigurations(t testing.TB) {
 	t.Helper()
+	installWebhookConfigurations(t, o.Env.Client, o.url, o.CA.PEM)
+}
+
+// installWebhookConfigurations registers the mutating and validating webhooks for Widget
+// creates and updates in both versions, as the chart does, at url(path), trusting caPEM.
+func installWebhookConfigurations(tb testing.TB, c client.Client, url func(path string) string, caPEM []byte) {
+	tb.Helper()
 	rules := []admissionregistrationv1.RuleWithOperations{{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 		Rule: admissionregistrationv1.Rule{APIGroups: []string{"widgetry.io"}, APIVersions: []string{"v1alpha1", "v1"},
@@ -112,7 +119,7 @@ func (o *Operator) installWebhookConfigurations(t testing.TB) {
 	}}
 	sideEffects := admissionregistrationv1.SideEffectClassNone
 	config := func(path string) admissionregistrationv1.WebhookClientConfig {
-		return admissionregistrationv1.WebhookClientConfig{URL: ptr.To(o.url(path)), CABundle: o.CA.PEM}
+		return admissionregistrationv1.WebhookClientConfig{URL: ptr.To(url(path)), CABundle: caPEM}
 	}
 	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: "widget-operator"},
@@ -131,8 +138,8 @@ func (o *Operator) installWebhookConfigurations(t testing.TB) {
 		}},
 	}
 	for _, obj := range []client.Object{mutating, validating} {
-		if err := o.Env.Client.Create(context.Background(), obj); err != nil {
-			t.Fatalf("widgetenv: create %T: %v", obj, err)
+		if err := c.Create(context.Background(), obj); err != nil {
+			tb.Fatalf("widgetenv: create %T: %v", obj, err)
 		}
 	}
 }
@@ -153,6 +160,8 @@ type ManagerOptions struct {
 	Args []string
 	// NoWait returns before the manager is ready.
 	NoWait bool
+	// Kubeconfig is the identity the manager runs as; empty means the environment's admin.
+	Kubeconfig string
 }
 
 // StartManager starts a widget-manager process and waits until /readyz answers 200. It is
@@ -173,7 +182,11 @@ func (o *Operator) StartManager(t testing.TB, opts ManagerOptions) *Manager {
 		"--drain-delay=1s",
 	}, opts.Args...)
 	log := o.Env.CreateLog(t, fmt.Sprintf("widget-manager-%d-%d", m.WebhookPort, time.Now().UnixNano()))
-	proc, err := testenv.StartProcess("widget-manager", ManagerBinary(t), args, []string{"KUBECONFIG=" + o.Env.Kubeconfig}, log)
+	kubeconfig := o.Env.Kubeconfig
+	if opts.Kubeconfig != "" {
+		kubeconfig = opts.Kubeconfig
+	}
+	proc, err := testenv.StartProcess("widget-manager", ManagerBinary(t), args, []string{"KUBECONFIG=" + kubeconfig}, log)
 	if err != nil {
 		t.Fatalf("widgetenv: %v", err)
 	}

@@ -11,12 +11,15 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/internal/crd"
@@ -221,4 +224,40 @@ func StoredAPIVersions(tb testing.TB, env *testenv.Env) map[string]string {
 		out[strings.TrimPrefix(k, WidgetPrefix)] = APIVersion(v)
 	}
 	return out
+}
+
+// ServeAdmission serves the Widget admission webhooks (webhook.Defaulter at
+// webhook.MutatePath, webhook.Validator at webhook.ValidatePath) over TLS in the test process
+// and registers them with env's apiserver as the chart does, then waits until the apiserver
+// calls them. It returns how many AdmissionReviews they have answered so far, so that a test
+// can tell which writes admission saw (those through the status subresource it does not).
+func ServeAdmission(tb testing.TB, env *testenv.Env, probeNamespace string) (reviews func() int64) {
+	tb.Helper()
+	var n atomic.Int64
+	mux := http.NewServeMux()
+	for path, h := range map[string]admission.Handler{webhook.MutatePath: webhook.Defaulter{}, webhook.ValidatePath: webhook.Validator{}} {
+		served := &crwebhook.Admission{Handler: h}
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			n.Add(1)
+			served.ServeHTTP(w, r)
+		})
+	}
+	url, ca := testcerts.Serve(tb, mux)
+	installWebhookConfigurations(tb, env.Client, func(path string) string { return url + path }, ca.PEM)
+
+	// The apiserver picks webhook configurations up from an informer: a dry-run create is
+	// admitted, by the webhooks too, once it has.
+	probe := &v1.Widget{}
+	probe.Namespace, probe.Name, probe.Spec.Image = probeNamespace, "admission-probe", "probe"
+	deadline := time.Now().Add(30 * time.Second)
+	for n.Load() == 0 {
+		if err := env.Client.Create(context.Background(), probe.DeepCopy(), client.DryRunAll); err != nil {
+			tb.Fatalf("widgetenv: dry-run create of an admission probe: %v", err)
+		}
+		if time.Now().After(deadline) {
+			tb.Fatal("widgetenv: the apiserver does not call the admission webhooks 30s after their configurations were created")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return n.Load
 }
