@@ -1,0 +1,222 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/widgetry/widget-operator/api/v1"
+	"github.com/widgetry/widget-operator/internal/testenv/cluster"
+	"github.com/widgetry/widget-operator/internal/webhook"
+	"github.com/widgetry/widget-operator/internal/webhook/webhooktest"
+)
+
+// attacker sends requests straight to the webhook pods, from inside the cluster's network
+// (as any pod could: the NetworkPolicy is off by default and no client certificate is
+// required), over TLS verified against the chart's CA.
+type attacker struct {
+	t      *testing.T
+	c      *cluster.Cluster
+	client *http.Client
+	tls    *tls.Config
+	pods   []corev1.Pod
+}
+
+func newAttacker(t *testing.T, c *cluster.Cluster, k client.Client) *attacker {
+	t.Helper()
+	secret := &corev1.Secret{}
+	if err := k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: release + "-serving-cert"}, secret); err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(secret.Data["ca.crt"]) {
+		t.Fatal("the serving certificate Secret has no ca.crt")
+	}
+	tlsConfig := &tls.Config{RootCAs: roots, ServerName: release + "-webhook." + ns + ".svc", MinVersion: tls.VersionTLS12}
+	a := &attacker{t: t, c: c, tls: tlsConfig, pods: managerPods(t, k)}
+	a.client = &http.Client{Timeout: time.Minute, Transport: &http.Transport{
+		DialContext: c.DialContext, TLSClientConfig: tlsConfig, MaxIdleConnsPerHost: 256, ForceAttemptHTTP2: false,
+	}}
+	return a
+}
+
+// managerPods are the manager's running pods.
+func managerPods(t *testing.T, k client.Client) []corev1.Pod {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := k.List(context.Background(), pods, client.InNamespace(ns),
+		client.MatchingLabels{"app.kubernetes.io/name": release, "app.kubernetes.io/component": "manager"}); err != nil {
+		t.Fatal(err)
+	}
+	var running []corev1.Pod
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			running = append(running, p)
+		}
+	}
+	if len(running) == 0 {
+		t.Fatal("no running manager pod")
+	}
+	return running
+}
+
+// convert POSTs body to pod's /convert and returns the status and the answer's first bytes.
+func (a *attacker) convert(pod corev1.Pod, body []byte) (int, []byte, error) {
+	req, err := http.NewRequest(http.MethodPost, "https://"+net.JoinHostPort(pod.Status.PodIP, "9443")+webhook.ConvertPath, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	head := make([]byte, 4096)
+	n, _ := io.ReadFull(resp.Body, head)
+	_, err = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, head[:n], err
+}
+
+// hostileShapes sends every hostile shape to every pod; each must get its answer.
+func (a *attacker) hostileShapes() {
+	for _, r := range webhooktest.Hostile(8 << 20) {
+		for _, pod := range a.pods {
+			code, head, err := a.convert(pod, r.Body)
+			got, text := fmt.Sprint(code), string(head)
+			if code == http.StatusOK {
+				got, text = webhooktest.Result(head)
+			}
+			if err != nil || got != r.Want || !strings.Contains(text, r.WantText) {
+				a.t.Errorf("%s to %s: %v %s %.200s; want %s mentioning %q", r.Name, pod.Name, err, got, head, r.Want, r.WantText)
+			}
+		}
+	}
+}
+
+// largestReviews sends a realistic review at the default body limit to every pod.
+func (a *attacker) largestReviews() {
+	body, n := webhooktest.Realistic("largest", v1.GroupVersion.String(), webhook.DefaultMaxConversionBodyBytes)
+	for _, pod := range a.pods {
+		code, head, err := a.convert(pod, body)
+		if status, msg := webhooktest.Result(head); err != nil || code != http.StatusOK || status != "Success" {
+			a.t.Errorf("a %d-byte review of %d Widgets to %s: %v %d %s %s", len(body), n, pod.Name, err, code, status, msg)
+		}
+	}
+}
+
+// slowLoris opens n connections to every pod that send their headers a byte at a time, and
+// returns how long the slowest was held open; the server must cut each off.
+func (a *attacker) slowLoris(n int) time.Duration {
+	var mu sync.Mutex
+	var worst time.Duration
+	var wg sync.WaitGroup
+	for _, pod := range a.pods {
+		for range n {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				raw, err := a.c.DialContext(ctx, "tcp", net.JoinHostPort(pod.Status.PodIP, "9443"))
+				if err != nil {
+					a.t.Errorf("slow client: dial %s: %v", pod.Name, err)
+					return
+				}
+				conn := tls.Client(raw, a.tls)
+				defer conn.Close()
+				start := time.Now()
+				if err := conn.HandshakeContext(ctx); err != nil {
+					a.t.Errorf("slow client: TLS handshake with %s: %v", pod.Name, err)
+					return
+				}
+				for _, b := range []byte("POST /convert HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Slow: " + strings.Repeat("a", 60)) {
+					if _, err := conn.Write([]byte{b}); err != nil {
+						break // cut off
+					}
+					time.Sleep(time.Second)
+				}
+				// Whatever the server sent last (a 408, or nothing), the connection ends.
+				_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+				_, err = io.Copy(io.Discard, conn)
+				held := time.Since(start)
+				var netErr net.Error
+				if errors.As(err, &netErr) && netErr.Timeout() {
+					a.t.Errorf("slow client: %s kept the connection open for %s", pod.Name, held.Round(time.Second))
+				}
+				mu.Lock()
+				worst = max(worst, held)
+				mu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	return worst
+}
+
+// flood sends n realistic reviews of size bytes at once, spread over the pods, and counts
+// the answers: each must be a converted review or the budget's 503, never anything else.
+func (a *attacker) flood(n, size int) map[string]int {
+	body, _ := webhooktest.Realistic("flood", v1.GroupVersion.String(), size)
+	var mu sync.Mutex
+	answers := map[string]int{}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			pod := a.pods[i%len(a.pods)]
+			code, head, err := a.convert(pod, body)
+			status, _ := webhooktest.Result(head)
+			key := fmt.Sprintf("%d %s", code, status)
+			switch {
+			case err != nil:
+				key = "error"
+				a.t.Errorf("flood request to %s: %v", pod.Name, err)
+			case code == http.StatusOK && status == "Success":
+			case code == http.StatusServiceUnavailable && bytes.Contains(head, []byte("memory budget")):
+				key = "503 budget"
+			default:
+				a.t.Errorf("flood request to %s: %d %.200s", pod.Name, code, head)
+			}
+			mu.Lock()
+			answers[key]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return answers
+}
+
+// unharmed checks that the pods attacked are the ones running, none restarted.
+func (a *attacker) unharmed(k client.Client) {
+	now := managerPods(a.t, k)
+	for _, before := range a.pods {
+		found := false
+		for _, p := range now {
+			if p.UID != before.UID {
+				continue
+			}
+			found = true
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.RestartCount > 0 {
+					a.t.Errorf("container %s of %s restarted %d times (last state %+v)", cs.Name, p.Name, cs.RestartCount, cs.LastTerminationState.Terminated)
+				}
+			}
+		}
+		if !found {
+			a.t.Errorf("pod %s is gone", before.Name)
+		}
+	}
+}
