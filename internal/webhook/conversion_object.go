@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/api/v1alpha1"
@@ -161,14 +162,16 @@ func specToHub(rawSpec, metadata []byte, scratch *objectWriter) (*v1.WidgetSpec,
 	}
 	var data conversion.RestoreData
 	if mayHoldRestoreData(metadata) {
-		annotations, err := metadataAnnotations(metadata)
+		value, err := dataAnnotation(metadata)
 		if err != nil {
 			return nil, nil, err
 		}
-		if data, err = conversion.RestoreDataFrom(annotations); err != nil {
-			return nil, nil, errInvalidData{err}
+		if value != nil {
+			if data, err = conversion.ParseRestoreData(*value); err != nil {
+				return nil, nil, errInvalidData{err}
+			}
 		}
-		if metadata, err = setMetadataAnnotations(metadata, conversion.WithRestoreData(annotations, conversion.RestoreData{})); err != nil {
+		if metadata, err = setDataAnnotation(metadata, conversion.RestoreData{}); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -190,11 +193,7 @@ func specFromHub(rawSpec, metadata []byte, scratch *objectWriter) (*v1alpha1.Wid
 		return nil, nil, err
 	}
 	if !data.IsZero() || mayHoldRestoreData(metadata) {
-		annotations, err := metadataAnnotations(metadata)
-		if err != nil {
-			return nil, nil, err
-		}
-		if metadata, err = setMetadataAnnotations(metadata, conversion.WithRestoreData(annotations, data)); err != nil {
+		if metadata, err = setDataAnnotation(metadata, data); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -212,14 +211,101 @@ func decodeSpec(raw []byte, into any) error {
 }
 
 // mayHoldRestoreData is a cheap test that lets objects without the annotation skip decoding
-// their metadata: the annotation key cannot be present unless its bytes are.
+// their metadata: the annotation key cannot be present unless these bytes are. (Its '/' may be
+// written escaped; the apiserver re-encodes what it sends, so no other escape reaches here.)
 func mayHoldRestoreData(metadata []byte) bool {
-	return bytes.Contains(metadata, []byte(conversion.DataAnnotation))
+	return bytes.Contains(metadata, []byte("conversion-data"))
 }
 
-// metadataAnnotations decodes metadata.annotations alone; the rest of metadata (managedFields
-// above all) is skipped, not decoded.
-func metadataAnnotations(metadata []byte) (map[string]string, error) {
+// dataKey is the conversion-data annotation's key as JSON writes it.
+var dataKey = strconv.Quote(conversion.DataAnnotation)
+
+// dataAnnotation returns the conversion-data annotation's value, nil when there is none. Only
+// that one value is decoded: the rest of metadata (managedFields above all) and the other
+// annotations are skipped.
+func dataAnnotation(metadata []byte) (*string, error) {
+	annotations, err := annotationsOf(metadata)
+	if err != nil || annotations == nil {
+		return nil, err
+	}
+	if hasEscapes(annotations) {
+		var m map[string]string
+		if err := json.Unmarshal(annotations, &m); err != nil {
+			return nil, errMalformed{fmt.Errorf("metadata.annotations: %w", err)}
+		}
+		if v, ok := m[conversion.DataAnnotation]; ok {
+			return &v, nil
+		}
+		return nil, nil
+	}
+	raw, err := memberValue(annotations, dataKey)
+	if err != nil {
+		return nil, errMalformed{fmt.Errorf("metadata.annotations: %w", err)}
+	}
+	if raw == nil {
+		return nil, nil
+	}
+	v, ok := jsonString(raw)
+	if !ok {
+		return nil, errMalformed{fmt.Errorf("metadata.annotations[%s] is not a string", conversion.DataAnnotation)}
+	}
+	return &v, nil
+}
+
+// setDataAnnotation sets the conversion-data annotation to d, or removes it when d is zero
+// (and annotations with it when none is left, so an object that had none gets none back). It
+// splices: every other annotation and metadata member stays the bytes it came as, in its
+// place, and the result is one copy of metadata.
+func setDataAnnotation(metadata []byte, d conversion.RestoreData) ([]byte, error) {
+	annotations, err := annotationsOf(metadata)
+	if err != nil {
+		return nil, err
+	}
+	if hasEscapes(annotations) {
+		// A key written with escapes could be the data annotation's: decode them all.
+		var m map[string]string
+		if err := json.Unmarshal(annotations, &m); err != nil {
+			return nil, errMalformed{fmt.Errorf("metadata.annotations: %w", err)}
+		}
+		encoded, err := json.Marshal(conversion.WithRestoreData(m, d))
+		if err != nil {
+			return nil, err
+		}
+		return replaceAnnotations(metadata, encoded)
+	}
+	out := make([]byte, 0, len(annotations)+64)
+	out = append(out, '{')
+	add := func(member []byte) {
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(out, member...)
+	}
+	if annotations != nil {
+		if err := eachMember(annotations, func(m member) bool {
+			if string(m.key) != dataKey {
+				add(annotations[m.start:m.end])
+			}
+			return true
+		}); err != nil {
+			return nil, errMalformed{fmt.Errorf("metadata.annotations: %w", err)}
+		}
+	}
+	if !d.IsZero() {
+		value, err := json.Marshal(d.Marshal())
+		if err != nil {
+			return nil, err
+		}
+		add(append(append([]byte(dataKey), ':'), value...))
+	}
+	if len(out) == 1 {
+		return replaceAnnotations(metadata, nil)
+	}
+	return replaceAnnotations(metadata, append(out, '}'))
+}
+
+// annotationsOf returns metadata.annotations as it came, nil when absent or null.
+func annotationsOf(metadata []byte) ([]byte, error) {
 	if len(metadata) == 0 || bytes.Equal(metadata, []byte("null")) {
 		return nil, nil
 	}
@@ -227,26 +313,27 @@ func metadataAnnotations(metadata []byte) (map[string]string, error) {
 	if err != nil {
 		return nil, errMalformed{fmt.Errorf("metadata: %w", err)}
 	}
-	if raw == nil {
+	if bytes.Equal(raw, []byte("null")) {
 		return nil, nil
 	}
-	var annotations map[string]string
-	if err := json.Unmarshal(raw, &annotations); err != nil {
-		return nil, errMalformed{fmt.Errorf("metadata.annotations: %w", err)}
-	}
-	return annotations, nil
+	return raw, nil
 }
 
-// setMetadataAnnotations replaces metadata.annotations and leaves every other metadata member
-// as the bytes it came as, in its place: one copy of metadata, nothing decoded.
-func setMetadataAnnotations(metadata []byte, annotations map[string]string) ([]byte, error) {
-	var encoded []byte
-	if len(annotations) > 0 {
-		var err error
-		if encoded, err = json.Marshal(annotations); err != nil {
-			return nil, err
-		}
-	}
+// hasEscapes reports whether a key of the object raw holds a JSON escape, which the byte
+// comparisons of keys here cannot see through. (Values may hold any: last-applied-configuration
+// is JSON in a string.)
+func hasEscapes(raw []byte) bool {
+	escaped := false
+	_ = eachMember(raw, func(m member) bool {
+		escaped = bytes.IndexByte(m.key, '\\') >= 0
+		return !escaped
+	})
+	return escaped
+}
+
+// replaceAnnotations replaces metadata.annotations with encoded (nil: none) and leaves every
+// other metadata member as the bytes it came as, in its place.
+func replaceAnnotations(metadata, encoded []byte) ([]byte, error) {
 	out := make([]byte, 0, len(metadata)+len(encoded)+len(`,"annotations":`)+2)
 	out = append(out, '{')
 	written := false
@@ -258,7 +345,8 @@ func setMetadataAnnotations(metadata []byte, annotations map[string]string) ([]b
 	}
 	writeAnnotations := func() {
 		if !written && encoded != nil {
-			write(append([]byte(`"annotations":`), encoded...))
+			write([]byte(`"annotations":`))
+			out = append(out, encoded...)
 		}
 		written = true
 	}

@@ -388,3 +388,37 @@ func TestPanicInAWorkerFailsTheReviewOnly(t *testing.T) {
 		t.Errorf("widget_conversion_failures_total{reason=%q} = %v, want 2", reasonPanic, got)
 	}
 }
+
+// TestDataAnnotationSplice: the conversion-data annotation is read and removed (to v1) or
+// written (to v1alpha1) without re-encoding the other annotations, also when a client wrote
+// its key with JSON escapes.
+func TestDataAnnotationSplice(t *testing.T) {
+	for _, tc := range []struct{ name, annotations string }{
+		{"plain key", `{"a":"<b>","widgetry.io/conversion-data":"{\"paused\":true}","z":"1"}`},
+		{"escaped key", `{"a":"<b>","widgetry.io\/conversion-data":"{\"paused\":true}","z":"1"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spoke := `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a","namespace":"ns","annotations":` + tc.annotations + `},"spec":{"image":"i"}}`
+			_, _, review := post(t, &ConversionHandler{}, reviewBody(t, "u", hubAPIVersion, spoke))
+			if review == nil || review.Response.Result.Status != "Success" {
+				t.Fatalf("to v1: %+v", review)
+			}
+			hub := decodeObject[v1.Widget](t, review.Response.ConvertedObjects[0].Raw)
+			if !hub.Spec.Paused || len(hub.Annotations) != 2 || hub.Annotations["a"] != "<b>" || hub.Annotations["z"] != "1" {
+				t.Fatalf("to v1: paused %v, annotations %v; want paused and the two others kept", hub.Spec.Paused, hub.Annotations)
+			}
+			back, err := json.Marshal(hub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _, review = post(t, &ConversionHandler{}, reviewBody(t, "u", spokeAPIVersion, string(back)))
+			if review == nil || review.Response.Result.Status != "Success" {
+				t.Fatalf("back to v1alpha1: %+v", review)
+			}
+			w := decodeObject[v1alpha1.Widget](t, review.Response.ConvertedObjects[0].Raw)
+			if w.Annotations["widgetry.io/conversion-data"] != `{"paused":true}` || w.Annotations["a"] != "<b>" || len(w.Annotations) != 3 {
+				t.Fatalf("back to v1alpha1: annotations %v", w.Annotations)
+			}
+		})
+	}
+}
