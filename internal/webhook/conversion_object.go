@@ -170,9 +170,10 @@ func specToHub(rawSpec, metadata []byte, scratch *objectWriter) (*v1.WidgetSpec,
 			if data, err = conversion.ParseRestoreData(*value); err != nil {
 				return nil, nil, errInvalidData{err}
 			}
-		}
-		if metadata, err = setDataAnnotation(metadata, conversion.RestoreData{}); err != nil {
-			return nil, nil, err
+			// The hub holds the data in its spec: the annotation goes.
+			if metadata, err = setDataAnnotation(metadata, conversion.RestoreData{}); err != nil {
+				return nil, nil, err
+			}
 		}
 	}
 	if err := conversion.SpecToHub(in, data, out); err != nil {
@@ -192,7 +193,16 @@ func specFromHub(rawSpec, metadata []byte, scratch *objectWriter) (*v1alpha1.Wid
 	if err != nil {
 		return nil, nil, err
 	}
-	if !data.IsZero() || mayHoldRestoreData(metadata) {
+	// Metadata is rewritten only when the annotation must be written, or a stale one removed.
+	rewrite := !data.IsZero()
+	if !rewrite && mayHoldRestoreData(metadata) {
+		stale, err := dataAnnotation(metadata)
+		if err != nil {
+			return nil, nil, err
+		}
+		rewrite = stale != nil
+	}
+	if rewrite {
 		if metadata, err = setDataAnnotation(metadata, data); err != nil {
 			return nil, nil, err
 		}
