@@ -446,7 +446,7 @@ func leaseLock(cfg *rest.Config, opts Options) (resourcelock.Interface, error) {
 // and pause marker by label, the Widget CRD by name, so memory stays flat as the cluster grows.
 func controllerCache(namespace string) cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{controller.ManagedByLabel: controller.ManagedByValue})
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+	return cache.Options{DefaultTransform: controller.StripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 		&appsv1.Deployment{}: {Label: managed},
 		&corev1.Service{}:    {Label: managed},
 		&corev1.ConfigMap{}: {
