@@ -394,20 +394,7 @@ func TestWebhooksWithoutTheController(t *testing.T) {
 	if err := env.Client.Create(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 2*time.Minute, "the controller, set up again, finalizes the Widget", func() error {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
-			return err
-		}
-		if !slices.Contains(w.Finalizers, controller.Finalizer) {
-			return fmt.Errorf("finalizers %v", w.Finalizers)
-		}
-		return nil
-	})
-	select {
-	case <-m.Exited():
-		t.Fatalf("the manager exited: %v", m.ExitErr())
-	default:
-	}
+	controllerFinalizes(t, env, m, w, 2*time.Minute)
 }
 
 // TestWebhooksWithoutWidgetRBAC: a manager running as the chart's ServiceAccount, with the
@@ -508,8 +495,15 @@ func TestWebhooksWithoutWidgetRBAC(t *testing.T) {
 	if err := env.Client.Update(ctx, current); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 3*time.Minute, "the controller, set up again, finalizes the Widget", func() error {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
+	controllerFinalizes(t, env, m, w, 3*time.Minute)
+}
+
+// controllerFinalizes waits until the controller, set up again after failing, puts its
+// finalizer on w, and checks that the manager never exited meanwhile.
+func controllerFinalizes(t *testing.T, env *testenv.Env, m *widgetenv.Manager, w *v1alpha1.Widget, timeout time.Duration) {
+	t.Helper()
+	testenv.Eventually(t, timeout, "the controller, set up again, finalizes the Widget", func() error {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(w), w); err != nil {
 			return err
 		}
 		if !slices.Contains(w.Finalizers, controller.Finalizer) {
