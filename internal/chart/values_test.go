@@ -137,9 +137,18 @@ var valueCases = []valueCase{{
 		}
 		env := map[string]string{}
 		for _, e := range c.Env {
-			env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+			switch from := e.ValueFrom; {
+			case from != nil && from.FieldRef != nil:
+				env[e.Name] = from.FieldRef.FieldPath
+			case from != nil && from.ResourceFieldRef != nil:
+				env[e.Name] = from.ResourceFieldRef.ContainerName + "/" + from.ResourceFieldRef.Resource
+			default:
+				env[e.Name] = e.Value
+			}
 		}
-		if env["POD_NAMESPACE"] != "metadata.namespace" || env["POD_NAME"] != "metadata.name" {
+		// GOMEMLIMIT is the container's memory limit: the webhooks' budget and body limits
+		// follow it.
+		if env["POD_NAMESPACE"] != "metadata.namespace" || env["POD_NAME"] != "metadata.name" || env["GOMEMLIMIT"] != "manager/limits.memory" {
 			t.Errorf("env: %v", env)
 		}
 		if pod.Volumes[0].Secret.SecretName != "widget-operator-serving-cert" {
