@@ -79,7 +79,8 @@ test: ## Run the three tiers in order, each alone, never skipping (SKIP_TIERS="e
 test-unit: ## Unit tier: pure Go with -race; no toolchain, no root.
 	@MAKE_VERB="make test-unit" scripts/prereqs.sh unit
 	go test $(UNIT_FLAGS) ./...
-	@# The memory tests measure the heap, which the race detector changes: again without -race.
+	@# The memory tests measure the heap, which the race detector changes: they are built
+	@# only without -race (memory_test.go), and run here.
 	go test -count=1 -run '^TestMemory' ./internal/webhook/
 
 .PHONY: test-envtest

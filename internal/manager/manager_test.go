@@ -375,16 +375,7 @@ func TestWebhooksWithoutTheController(t *testing.T) {
 	}
 	m := op.StartManager(t, widgetenv.ManagerOptions{})
 
-	loadCtx, stop := context.WithTimeout(ctx, 3*time.Second)
-	defer stop()
-	load := &widgetenv.Load{Client: op.WebhookClient(), Rate: 20,
-		Targets: func() []string { return []string{"https://127.0.0.1:" + strconv.Itoa(m.WebhookPort)} }}
-	if res := load.Run(loadCtx); res.Requests < 20 || res.Failures > 0 {
-		t.Fatalf("webhooks without the controller: %s %v", res, res.Errors)
-	}
-	if !m.Ready() {
-		t.Fatal("the manager is not Ready without its controller")
-	}
+	webhooksServeAndReady(t, op, m, "without its controller")
 
 	env.InstallCRDs(t, op.CRD(t, crd.StageInitial))
 	if out, err := env.Kubectl(t, "create", "namespace", "back"); err != nil {
@@ -461,16 +452,7 @@ func TestWebhooksWithoutWidgetRBAC(t *testing.T) {
 	}
 	m := op.StartManager(t, widgetenv.ManagerOptions{Kubeconfig: kubeconfigPath})
 
-	loadCtx, stop := context.WithTimeout(ctx, 3*time.Second)
-	defer stop()
-	load := &widgetenv.Load{Client: op.WebhookClient(), Rate: 20,
-		Targets: func() []string { return []string{"https://127.0.0.1:" + strconv.Itoa(m.WebhookPort)} }}
-	if res := load.Run(loadCtx); res.Requests < 20 || res.Failures > 0 {
-		t.Fatalf("webhooks without RBAC for Widgets: %s %v", res, res.Errors)
-	}
-	if !m.Ready() {
-		t.Fatal("the manager is not Ready without RBAC for Widgets")
-	}
+	webhooksServeAndReady(t, op, m, "without RBAC for Widgets")
 	w := &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: widgetenv.Namespace, Name: "rbac"}, Spec: v1alpha1.WidgetSpec{Image: "srv:1"}}
 	if err := env.Client.Create(ctx, w); err != nil {
 		t.Fatalf("a Widget written through the webhooks of a manager without RBAC for Widgets: %v", err)
@@ -496,6 +478,22 @@ func TestWebhooksWithoutWidgetRBAC(t *testing.T) {
 		t.Fatal(err)
 	}
 	controllerFinalizes(t, env, m, w, 3*time.Minute)
+}
+
+// webhooksServeAndReady sends webhook requests to m for 3 s, none of which may fail, and
+// checks that m is Ready: what a manager whose controller cannot run must still do.
+func webhooksServeAndReady(t *testing.T, op *widgetenv.Operator, m *widgetenv.Manager, without string) {
+	t.Helper()
+	ctx, stop := context.WithTimeout(t.Context(), 3*time.Second)
+	defer stop()
+	load := &widgetenv.Load{Client: op.WebhookClient(), Rate: 20,
+		Targets: func() []string { return []string{"https://127.0.0.1:" + strconv.Itoa(m.WebhookPort)} }}
+	if res := load.Run(ctx); res.Requests < 20 || res.Failures > 0 {
+		t.Fatalf("webhooks %s: %s %v", without, res, res.Errors)
+	}
+	if !m.Ready() {
+		t.Fatalf("the manager is not Ready %s", without)
+	}
 }
 
 // controllerFinalizes waits until the controller, set up again after failing, puts its

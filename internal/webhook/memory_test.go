@@ -1,10 +1,15 @@
+// Under the race detector the heap is the detector's as much as the handler's, so these
+// tests are not built with -race: make test-unit runs them in a second go test without it,
+// where they must pass.
+
+//go:build !race
+
 package webhook
 
 import (
 	"bytes"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -12,7 +17,6 @@ import (
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
-	"github.com/widgetry/widget-operator/internal/testenv/memprobe"
 	"github.com/widgetry/widget-operator/internal/webhook/webhooktest"
 )
 
@@ -20,50 +24,8 @@ import (
 // GOMEMLIMIT at 90% of it.
 const chartMemoryLimit = 256 << 20
 
-// countingWriter is a ResponseWriter that keeps the status, the first bytes of the body and
-// its length: the response itself must not be what the test measures.
-type countingWriter struct {
-	header http.Header
-	code   int
-	head   []byte
-	n      int
-}
-
-func newCountingWriter() *countingWriter { return &countingWriter{header: http.Header{}} }
-
-func (w *countingWriter) Header() http.Header { return w.header }
-func (w *countingWriter) WriteHeader(code int) {
-	if w.code == 0 {
-		w.code = code
-	}
-}
-func (w *countingWriter) Write(p []byte) (int, error) {
-	w.WriteHeader(http.StatusOK)
-	if room := 4096 - len(w.head); room > 0 {
-		w.head = append(w.head, p[:min(room, len(p))]...)
-	}
-	w.n += len(p)
-	return len(p), nil
-}
-
-// serveMeasured sends body to h once and returns the answer and the peak heap it took.
-func serveMeasured(h http.Handler, path string, body []byte) (*countingWriter, memprobe.Peak) {
-	w := newCountingWriter()
-	peak := memprobe.PeakHeap(func() {
-		req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		h.ServeHTTP(w, req)
-	})
-	return w, peak
-}
-
 // withMemoryLimit runs the test under the Go memory limit the manager has in the chart's pod.
-// Under the race detector the heap figures are not the handler's: the unit tier measures them
-// in a run without -race (make test-unit runs TestMemory… twice).
 func withMemoryLimit(t *testing.T) {
-	if raceEnabled {
-		t.Skip("heap figures under -race are the race detector's; make test-unit measures them without -race")
-	}
 	before := debug.SetMemoryLimit(chartMemoryLimit / 10 * 9)
 	t.Cleanup(func() { debug.SetMemoryLimit(before) })
 }
