@@ -96,6 +96,9 @@ func track(ctx context.Context, ms []*widgetenv.Manager) *routable {
 	r := &routable{ready: map[*widgetenv.Manager]bool{}, out: map[*widgetenv.Manager]bool{}}
 	for _, m := range ms {
 		r.ready[m] = true
+	}
+	// The pollers start only once the map is filled: they write it under r.mu.
+	for _, m := range ms {
 		go func() {
 			for ctx.Err() == nil {
 				ok := m.Ready()
