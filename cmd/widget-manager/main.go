@@ -35,6 +35,7 @@ func main() {
 	fs.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", opts.MetricsBindAddress, "Address of the HTTPS metrics endpoint (authenticated and authorized); 0 disables it.")
 	fs.StringVar(&opts.MetricsCertDir, "metrics-cert-dir", "", "Directory with tls.crt/tls.key for metrics; empty: a self-signed certificate.")
 	fs.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", opts.HealthProbeBindAddress, "Address of /healthz and /readyz.")
+	fs.StringVar(&opts.PprofBindAddress, "pprof-bind-address", "0", "Address of net/http/pprof, which has no authentication: bind it to 127.0.0.1 and reach it with kubectl port-forward; 0 disables it.")
 	tls13 := fs.Bool("tls-min-version-1.3", false, "Require TLS 1.3 (default minimum: TLS 1.2).")
 	fs.BoolVar(&opts.EnableHTTP2, "enable-http2", false, "Serve HTTP/2 on the webhook and metrics servers (off by default: HTTP/2 rapid-reset CVEs).")
 	fs.BoolVar(&opts.LeaderElection, "leader-elect", opts.LeaderElection, "Elect one controller among the replicas; webhooks run on every replica regardless.")

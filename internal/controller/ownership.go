@@ -23,6 +23,7 @@ import (
 type childApplyConfiguration[T any] interface {
 	runtime.ApplyConfiguration
 	GetKind() *string
+	GetAPIVersion() *string
 	WithUID(types.UID) T
 	WithResourceVersion(string) T
 }
@@ -48,33 +49,35 @@ func (e *nameConflictError) Error() string {
 // controls, and never writes an object the Widget does not control: a user who may create
 // Widgets must not take over (rewrite, then have garbage-collected) a Deployment or Service of
 // their namespace by naming a Widget after it. live, an empty object of the child's kind, is
-// filled with the child as written, or with the object found on a name conflict
-// (*nameConflictError). created reports a creation.
+// filled with the child as written; on a name conflict (*nameConflictError) the error holds
+// the metadata of the object found. created reports a creation.
 func writeChild[T childApplyConfiguration[T]](ctx context.Context, r *WidgetReconciler, w *v1.Widget, desired T, live client.Object) (created bool, err error) {
 	kind := *desired.GetKind()
 	key := client.ObjectKey{Namespace: w.Namespace, Name: w.Name}
-	err = r.Client.Get(ctx, key, live)
+	// Its metadata is all the decision needs, and all the cache holds (CacheOptions).
+	found := childMetadata(*desired.GetAPIVersion(), kind)
+	err = r.Client.Get(ctx, key, found)
 	if apierrors.IsNotFound(err) {
 		// The cache holds labelled objects only, so it cannot see a foreign object.
-		err = r.APIReader.Get(ctx, key, live)
+		err = r.APIReader.Get(ctx, key, found)
 	}
 	switch {
 	case apierrors.IsNotFound(err):
 		return true, createChild(ctx, r.Client, kind, desired, live)
 	case err != nil:
 		return false, fmt.Errorf("read %s %s/%s: %w", kind, key.Namespace, key.Name, err)
-	case !metav1.IsControlledBy(live, w):
+	case !metav1.IsControlledBy(found, w):
 		// An object that lost its owner reference (an orphan deletion) is not adopted either.
-		return false, &nameConflictError{obj: live, kind: kind}
+		return false, &nameConflictError{obj: found, kind: kind}
 	}
-	if err := upgradeManagedFields(ctx, r.Client, live); err != nil {
+	if err := upgradeManagedFields(ctx, r.Client, found); err != nil {
 		return false, fmt.Errorf("move the fields of %s %s/%s to the %s apply: %w", kind, key.Namespace, key.Name, FieldManager, err)
 	}
 	// Applied on condition that the object is still the one read: an apply based on a stale
 	// read (say, one from before the garbage collector removed the owner reference for an
 	// orphan deletion) conflicts instead of putting the owner reference back, and the
 	// reconcile starts over from a fresh read.
-	desired.WithUID(live.GetUID()).WithResourceVersion(live.GetResourceVersion())
+	desired.WithUID(found.GetUID()).WithResourceVersion(found.GetResourceVersion())
 	if err := r.Client.Apply(ctx, desired, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 		return false, fmt.Errorf("apply %s %s/%s: %w", kind, key.Namespace, key.Name, err)
 	}

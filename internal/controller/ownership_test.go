@@ -5,11 +5,13 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,8 +22,9 @@ import (
 	"github.com/widgetry/widget-operator/internal/testenv"
 )
 
-// staleClient answers Get with view (NotFound when nil) and passes writes to the apiserver:
-// the position of a reconcile that read before someone else wrote.
+// staleClient answers Get with view's metadata (NotFound when nil), as the controller's
+// metadata-only cache would, and passes writes to the apiserver: the position of a reconcile
+// that read before someone else wrote.
 type staleClient struct {
 	client.Client
 	view client.Object
@@ -31,7 +34,11 @@ func (s staleClient) Get(_ context.Context, key client.ObjectKey, obj client.Obj
 	if s.view == nil {
 		return apierrors.NewNotFound(schema.GroupResource{Resource: "services"}, key.Name)
 	}
-	reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(s.view.DeepCopyObject()).Elem())
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return fmt.Errorf("staleClient: the controller reads children as metadata, not as %T (a typed read would start a full informer)", obj)
+	}
+	m.ObjectMeta = meta.AsPartialObjectMetadata(s.view.DeepCopyObject().(client.Object)).ObjectMeta
 	return nil
 }
 

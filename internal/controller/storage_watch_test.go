@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -102,7 +103,8 @@ func TestFollowStorageVersion(t *testing.T) {
 	}
 }
 
+// isSpoke: the metadata-only watch object of v1alpha1 Widgets.
 func isSpoke(o client.Object) bool {
-	_, ok := o.(*v1alpha1.Widget)
-	return ok
+	m, ok := o.(*metav1.PartialObjectMetadata)
+	return ok && m.GroupVersionKind() == v1alpha1.GroupVersion.WithKind("Widget")
 }

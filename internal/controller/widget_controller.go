@@ -84,8 +84,8 @@ func (r *WidgetReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 	r.controller, err = ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		WatchesRawSource(r.widgetSource(sv)).
-		Watches(&appsv1.Deployment{}, owner).
-		Watches(&corev1.Service{}, owner).
+		Watches(&appsv1.Deployment{}, owner, builder.OnlyMetadata).
+		Watches(&corev1.Service{}, owner, builder.OnlyMetadata).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(catalogEntryToWidget),
 			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 				return o.GetNamespace() == r.CatalogNamespace && o.GetLabels()[CatalogLabel] == "true"
@@ -121,7 +121,7 @@ func (r *WidgetReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 // widgetSource watches Widgets of one version; its events are dropped once another version
 // has become the storage version.
 func (r *WidgetReconciler) widgetSource(sv storageVersion) source.Source {
-	return source.Kind(r.Cache, sv.newObject(), &handler.EnqueueRequestForObject{}, r.whileStorage(sv))
+	return source.Kind[client.Object](r.Cache, widgetMetadata(sv.name()), &handler.EnqueueRequestForObject{}, r.whileStorage(sv))
 }
 
 // whileStorage passes the events of sv's watch while sv is the storage version the
@@ -163,7 +163,7 @@ func (r *WidgetReconciler) followStorageVersion(ctx context.Context, c *apiexten
 		r.setStorage(old)
 		return fmt.Errorf("storage version %s -> %s: watch Widgets of %s: %w", old.name(), version, version, err)
 	}
-	if err := r.Cache.RemoveInformer(ctx, old.newObject()); err != nil {
+	if err := r.Cache.RemoveInformer(ctx, widgetMetadata(old.name())); err != nil {
 		log.Error(err, "removing the informer of the old storage version", "version", old.name())
 	}
 	log.Info("storage version changed: now watching the new storage version", "old", old.name(), "new", version)
@@ -291,7 +291,7 @@ func (r *WidgetReconciler) applyChildren(ctx context.Context, obj client.Object,
 
 // deleteOwnedService removes the Service of a Widget that no longer has endpoints.
 func (r *WidgetReconciler) deleteOwnedService(ctx context.Context, obj client.Object, w *v1.Widget) error {
-	svc := &corev1.Service{}
+	svc := childMetadata("v1", "Service")
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: w.Namespace, Name: w.Name}, svc); err != nil {
 		return client.IgnoreNotFound(err)
 	}
@@ -299,7 +299,8 @@ func (r *WidgetReconciler) deleteOwnedService(ctx context.Context, obj client.Ob
 		return nil
 	}
 	// On condition that it is still the Service read, controlled: not one orphaned since.
-	if err := r.Client.Delete(ctx, svc, client.Preconditions{UID: &svc.UID, ResourceVersion: &svc.ResourceVersion}); client.IgnoreNotFound(err) != nil {
+	uid, rv := svc.GetUID(), svc.GetResourceVersion()
+	if err := r.Client.Delete(ctx, svc, client.Preconditions{UID: &uid, ResourceVersion: &rv}); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("delete Service %s/%s of a Widget without endpoints: %w", w.Namespace, w.Name, err)
 	}
 	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, "ServiceDeleted", "Delete", "deleted Service %s: the Widget has no endpoints", w.Name)

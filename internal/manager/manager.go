@@ -20,11 +20,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -84,6 +81,9 @@ type Options struct {
 	// MetricsCertDir holds tls.crt/tls.key for metrics; empty means a self-signed certificate.
 	MetricsCertDir         string
 	HealthProbeBindAddress string
+	// PprofBindAddress serves net/http/pprof, unauthenticated, for a heap or CPU profile
+	// taken through kubectl port-forward; "" or "0" (the default) disables it.
+	PprofBindAddress string
 
 	// TLSMinVersion is tls.VersionTLS12 or tls.VersionTLS13.
 	TLSMinVersion uint16
@@ -211,6 +211,7 @@ func newWebhookManager(cfg *rest.Config, opts Options, scheme *runtime.Scheme, c
 		WebhookServer:           webhookServer,
 		Metrics:                 metricsOpts,
 		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
+		PprofBindAddress:        opts.PprofBindAddress,
 		GracefulShutdownTimeout: &opts.GracefulShutdownTimeout,
 		// The webhooks read nothing from the cluster; the metrics collectors read the CRD.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
@@ -358,7 +359,7 @@ func newControllerManager(cfg *rest.Config, opts Options, scheme *runtime.Scheme
 		RenewDeadline:                       &renewDeadline,
 		RetryPeriod:                         &retryPeriod,
 		GracefulShutdownTimeout:             &opts.GracefulShutdownTimeout,
-		Cache:                               controllerCache(opts.Namespace),
+		Cache:                               controller.CacheOptions(opts.Namespace),
 		// The supervisor builds the controller again, under the same name, after a failure.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
@@ -440,19 +441,4 @@ func leaseLock(cfg *rest.Config, opts Options) (resourcelock.Interface, error) {
 	}
 	return resourcelock.New(resourcelock.LeasesResourceLock, opts.Namespace, LeaderElectionID, cs.CoreV1(), cs.CoordinationV1(),
 		resourcelock.ResourceLockConfig{Identity: opts.LeaderElectionIdentity})
-}
-
-// controllerCache caches only what the controller reads: its children, its catalog entries
-// and pause marker by label, the Widget CRD by name, so memory stays flat as the cluster grows.
-func controllerCache(namespace string) cache.Options {
-	managed := labels.SelectorFromSet(labels.Set{controller.ManagedByLabel: controller.ManagedByValue})
-	return cache.Options{DefaultTransform: controller.StripManagedFields(), ByObject: map[client.Object]cache.ByObject{
-		&appsv1.Deployment{}: {Label: managed},
-		&corev1.Service{}:    {Label: managed},
-		&corev1.ConfigMap{}: {
-			Namespaces: map[string]cache.Config{namespace: {}},
-			Label:      managed,
-		},
-		&apiextensionsv1.CustomResourceDefinition{}: {Field: fields.OneTermEqualSelector("metadata.name", crd.WidgetName)},
-	}}
 }

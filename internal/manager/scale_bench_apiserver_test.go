@@ -5,7 +5,11 @@ package manager_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,9 +39,13 @@ import (
 // It reports the manager's resident set size, VmRSS of its process: the manager alone - the
 // apiserver, etcd and this test (the client) are other processes. rss-idle-MiB 5 s after it
 // is ready, rss-created-MiB once the creates returned, rss-reconciled-MiB once all are
-// reconciled (target <= 150, against the chart's 256Mi limit), rss-peak-MiB the highest seen
-// every second in between, rss-after-load-MiB after the load below. The manager runs
-// without GOMEMLIMIT unless this test's environment sets it.
+// reconciled (target <= 150, against the chart's 256Mi limit), heap-live-MiB its live heap
+// then (after a collection, read through its pprof endpoint; WIDGET_BENCH_HEAP_PROFILE names
+// a file for the heap profile itself), rss-peak-MiB the highest seen
+// every second in between, rss-after-load-MiB after the load below. The manager runs as the
+// chart runs it: GOMEMLIMIT is the container's memory limit, WIDGET_BENCH_MEMORY_LIMIT_MIB
+// (default 256, the chart's; 0 for none, to see the garbage a collector without a limit
+// leaves), which the manager lowers to 90%.
 //
 // Then, with those Widgets in its cache, single-object ConversionReviews at 200 requests/s
 // for WIDGET_BENCH_LOAD_SECONDS (default 10, after 1 s of warm-up) go straight to its
@@ -54,7 +62,12 @@ func BenchmarkManagerAtScale(b *testing.B) {
 	// every Widget has one.
 	env := testenv.Start(b, testenv.Options{Scheme: scheme.New(), APIServerFlags: map[string]string{"service-cluster-ip-range": "10.96.0.0/16"}})
 	op := widgetenv.Setup(b, env, crd.StageFlipStorage)
-	m := op.StartManager(b, widgetenv.ManagerOptions{})
+	var managerEnv []string
+	if limit := widgetenv.EnvInt(b, "WIDGET_BENCH_MEMORY_LIMIT_MIB", 256); limit > 0 {
+		managerEnv = append(managerEnv, "GOMEMLIMIT="+strconv.Itoa(limit<<20))
+	}
+	pprofURL := "http://127.0.0.1:" + strconv.Itoa(widgetenv.FreePort(b))
+	m := op.StartManager(b, widgetenv.ManagerOptions{Env: managerEnv, Args: []string{"--pprof-bind-address=" + strings.TrimPrefix(pprofURL, "http://")}})
 	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		b.Fatal(err)
 	}
@@ -77,6 +90,11 @@ func BenchmarkManagerAtScale(b *testing.B) {
 	reconciledAfter := time.Since(start)
 	reconciled := rss()
 	stopPeak()
+	heap, err := memprobe.ReadRemoteHeap(pprofURL)
+	if err != nil {
+		b.Fatalf("heap of widget-manager: %v", err)
+	}
+	saveHeapProfile(b, pprofURL, os.Getenv("WIDGET_BENCH_HEAP_PROFILE"))
 
 	load := &widgetenv.Load{Client: op.WebhookClient(), Rate: 200, Paths: []string{webhook.ConvertPath},
 		Targets: func() []string { return []string{"https://127.0.0.1:" + strconv.Itoa(m.WebhookPort)} }}
@@ -98,12 +116,35 @@ func BenchmarkManagerAtScale(b *testing.B) {
 	b.ReportMetric(created, "rss-created-MiB")
 	b.ReportMetric(max(*peak, reconciled), "rss-peak-MiB")
 	b.ReportMetric(reconciled, "rss-reconciled-MiB")
+	b.ReportMetric(float64(heap.Alloc)/(1<<20), "heap-live-MiB")
 	b.ReportMetric(rss(), "rss-after-load-MiB")
 	b.ReportMetric(reconciledAfter.Seconds(), "reconciled-s")
 	b.ReportMetric(ms(res.Quantile(0.5)), "p50-ms")
 	b.ReportMetric(ms(res.Quantile(0.99)), "p99-ms")
 	b.ReportMetric(ms(res.Worst), "max-ms")
 	b.Logf("%d Widgets reconciled %s after the first create; load: %s", n, reconciledAfter.Round(time.Second), res)
+}
+
+// saveHeapProfile writes the manager's heap profile to path, when one is given, for
+// go tool pprof -top -sample_index=inuse_space path.
+func saveHeapProfile(b *testing.B, pprofURL, path string) {
+	b.Helper()
+	if path == "" {
+		return
+	}
+	resp, err := http.Get(pprofURL + "/debug/pprof/heap")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Fatalf("heap profile: HTTP %d, %v", resp.StatusCode, err)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("heap profile of widget-manager written to %s", path)
 }
 
 // sampleMax calls read every interval until stop is called and keeps the highest value in

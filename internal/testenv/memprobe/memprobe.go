@@ -6,6 +6,7 @@ package memprobe
 import (
 	"bufio"
 	"fmt"
+	"net/http"
 	"os"
 	"runtime"
 	"runtime/metrics"
@@ -112,4 +113,47 @@ func RSS(pid int) (uint64, error) {
 		return 0, err
 	}
 	return 0, fmt.Errorf("%s has no VmRSS line (a kernel thread or a zombie?)", path)
+}
+
+// RemoteHeap is what a process's pprof endpoint reports of its heap after a collection.
+type RemoteHeap struct {
+	// Alloc is the heap its live objects hold (runtime.MemStats.HeapAlloc right after a GC).
+	Alloc uint64
+	// Inuse is the heap in spans that hold objects (HeapInuse): Alloc plus fragmentation.
+	Inuse uint64
+}
+
+// ReadRemoteHeap asks the net/http/pprof endpoint at base (say "http://127.0.0.1:6060") to
+// collect garbage and report its runtime.MemStats, which the text form of its heap profile
+// ends with: the live heap, apart from the garbage a process's RSS also holds.
+func ReadRemoteHeap(base string) (RemoteHeap, error) {
+	resp, err := http.Get(base + "/debug/pprof/heap?gc=1&debug=1")
+	if err != nil {
+		return RemoteHeap{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return RemoteHeap{}, fmt.Errorf("%s: HTTP %d", resp.Request.URL, resp.StatusCode)
+	}
+	var h RemoteHeap
+	fields := map[string]*uint64{"HeapAlloc": &h.Alloc, "HeapInuse": &h.Inuse}
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for s.Scan() {
+		// "# HeapAlloc = 123456"
+		name, value, ok := strings.Cut(strings.TrimPrefix(s.Text(), "# "), " = ")
+		if dst := fields[name]; ok && dst != nil {
+			if *dst, err = strconv.ParseUint(value, 10, 64); err != nil {
+				return RemoteHeap{}, fmt.Errorf("%s: %q: %w", resp.Request.URL, s.Text(), err)
+			}
+			delete(fields, name)
+		}
+	}
+	if err := s.Err(); err != nil {
+		return RemoteHeap{}, err
+	}
+	if len(fields) > 0 {
+		return RemoteHeap{}, fmt.Errorf("%s: no runtime.MemStats in the heap profile", resp.Request.URL)
+	}
+	return h, nil
 }

@@ -1,7 +1,11 @@
 package memprobe
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"net/http/pprof"
 	"os"
+	"runtime"
 	"testing"
 )
 
@@ -35,5 +39,28 @@ func TestRSSOfThisProcess(t *testing.T) {
 	}
 	if _, err := RSS(-1); err == nil {
 		t.Error("RSS of pid -1: no error")
+	}
+}
+
+// TestReadRemoteHeap reads this process's own heap through the real net/http/pprof handler:
+// a live 16 MiB allocation is in it, and an endpoint without pprof is an error.
+func TestReadRemoteHeap(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(pprof.Index))
+	defer srv.Close()
+	sink = make([]byte, 16<<20)
+	h, err := ReadRemoteHeap(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Alloc < 16<<20 || h.Inuse < h.Alloc {
+		t.Errorf("remote heap %+v with 16 MiB live: want Alloc >= 16 MiB and Inuse >= Alloc", h)
+	}
+	runtime.KeepAlive(sink)
+	sink = nil
+
+	plain := httptest.NewServer(http.NotFoundHandler())
+	defer plain.Close()
+	if _, err := ReadRemoteHeap(plain.URL); err == nil {
+		t.Error("an endpoint without pprof: no error")
 	}
 }

@@ -162,6 +162,8 @@ type ManagerOptions struct {
 	NoWait bool
 	// Kubeconfig is the identity the manager runs as; empty means the environment's admin.
 	Kubeconfig string
+	// Env are extra environment variables, e.g. "GOMEMLIMIT=268435456" as the chart sets it.
+	Env []string
 }
 
 // StartManager starts a widget-manager process and waits until /readyz answers 200. It is
@@ -186,7 +188,7 @@ func (o *Operator) StartManager(t testing.TB, opts ManagerOptions) *Manager {
 	if opts.Kubeconfig != "" {
 		kubeconfig = opts.Kubeconfig
 	}
-	proc, err := testenv.StartProcess("widget-manager", ManagerBinary(t), args, []string{"KUBECONFIG=" + kubeconfig}, log)
+	proc, err := testenv.StartProcess("widget-manager", ManagerBinary(t), args, append([]string{"KUBECONFIG=" + kubeconfig}, opts.Env...), log)
 	if err != nil {
 		t.Fatalf("widgetenv: %v", err)
 	}

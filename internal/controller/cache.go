@@ -1,0 +1,118 @@
+package controller
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/widgetry/widget-operator/api/v1"
+	"github.com/widgetry/widget-operator/internal/crd"
+)
+
+// The controller's cache holds, for every Widget in the cluster, the Widget, its Deployment,
+// its Service and its catalog entry: memory times everything the operator manages, in a pod
+// whose default limit is 256Mi. So it caches only what the controller reads from it:
+//
+//   - Widgets: metadata only (the watch that triggers reconciles), without annotations and
+//     managedFields. Reconcile reads the Widget itself past the cache (APIReader).
+//   - Deployments and Services: metadata only, of the objects labelled as managed by this
+//     operator. The controller reads their owner references, UID and resourceVersion to decide
+//     and condition its writes, and managedFields only while it upgrades them
+//     (StripChildManagedFields); what it knows of their spec and status comes from the answer
+//     to its own apply.
+//   - Catalog entries and the pause marker: ConfigMaps of its namespace with its label.
+//   - The Widget CRD, by name, for the storage version.
+//
+// A typed Get of a Deployment or a Service through the cached client would start a second,
+// full informer for every managed object: read children as metav1.PartialObjectMetadata
+// (childMetadata).
+
+// CacheOptions is the controller manager's cache for a controller whose catalog lives in
+// catalogNamespace.
+func CacheOptions(catalogNamespace string) cache.Options {
+	managed := labels.SelectorFromSet(labels.Set{ManagedByLabel: ManagedByValue})
+	child := cache.ByObject{Label: managed, Transform: StripChildManagedFields()}
+	return cache.Options{
+		// Every type without an entry below: the Widgets.
+		DefaultTransform: TrimWatchedWidget(),
+		ByObject: map[client.Object]cache.ByObject{
+			&appsv1.Deployment{}: child,
+			&corev1.Service{}:    child,
+			&corev1.ConfigMap{}: {
+				Namespaces: map[string]cache.Config{catalogNamespace: {}},
+				Label:      managed,
+				Transform:  cache.TransformStripManagedFields(),
+			},
+			&apiextensionsv1.CustomResourceDefinition{}: {
+				Field:     fields.OneTermEqualSelector("metadata.name", crd.WidgetName),
+				Transform: cache.TransformStripManagedFields(),
+			},
+		},
+	}
+}
+
+// widgetMetadata is the object of the controller's Widget watch for a version: metadata only.
+func widgetMetadata(version string) *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(schema.GroupVersionKind{Group: v1.GroupVersion.Group, Version: version, Kind: "Widget"})
+	return m
+}
+
+// childMetadata is an empty metadata-only object of a child's kind, for reads through the
+// cache.
+func childMetadata(apiVersion, kind string) *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(schema.FromAPIVersionAndKind(apiVersion, kind))
+	return m
+}
+
+// TrimWatchedWidget drops what the Widget watch never reads: annotations (a
+// last-applied-configuration or the conversion-data annotation can be the largest part of a
+// Widget's metadata) and managedFields.
+func TrimWatchedWidget() toolscache.TransformFunc {
+	return func(in any) (any, error) {
+		obj, err := meta.Accessor(in)
+		if err != nil {
+			return in, nil //nolint:nilerr // not an object (a tombstone): cached as it is
+		}
+		// Nil checks first: setting an already nil field would allocate (kubernetes#124337).
+		if obj.GetAnnotations() != nil {
+			obj.SetAnnotations(nil)
+		}
+		if obj.GetManagedFields() != nil {
+			obj.SetManagedFields(nil)
+		}
+		return in, nil
+	}
+}
+
+// StripChildManagedFields drops managedFields from a cached child — often the largest part of
+// its metadata — except from a child that still has fields recorded under this controller's
+// Update operation (one it created, or an older version wrote). The controller reads
+// managedFields only to hand those fields over to its apply (upgradeManagedFields); the JSON
+// patch that does so replaces the whole list, so it must see the whole list, and a child
+// without such an entry needs none of it. Writes are unaffected: an update that carries no
+// managedFields leaves the stored ones as they are.
+func StripChildManagedFields() toolscache.TransformFunc {
+	return func(in any) (any, error) {
+		obj, err := meta.Accessor(in)
+		if err != nil || obj.GetManagedFields() == nil {
+			return in, nil //nolint:nilerr // not an object (a tombstone): cached as it is
+		}
+		for _, e := range obj.GetManagedFields() {
+			if e.Manager == FieldManager && e.Operation == metav1.ManagedFieldsOperationUpdate {
+				return in, nil
+			}
+		}
+		obj.SetManagedFields(nil)
+		return in, nil
+	}
+}

@@ -1,0 +1,64 @@
+package controller
+
+import (
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestStripChildManagedFields(t *testing.T) {
+	entry := func(manager string, op metav1.ManagedFieldsOperationType) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: op}
+	}
+	for _, tc := range []struct {
+		name    string
+		entries []metav1.ManagedFieldsEntry
+		kept    bool
+	}{
+		{"applied by the controller, status by another manager", []metav1.ManagedFieldsEntry{entry(FieldManager, metav1.ManagedFieldsOperationApply), entry("kube-controller-manager", metav1.ManagedFieldsOperationUpdate)}, false},
+		{"created by the controller, not yet upgraded", []metav1.ManagedFieldsEntry{entry(FieldManager, metav1.ManagedFieldsOperationUpdate), entry("kube-controller-manager", metav1.ManagedFieldsOperationUpdate)}, true},
+		{"another manager's update only", []metav1.ManagedFieldsEntry{entry("kubectl", metav1.ManagedFieldsOperationUpdate)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d", ManagedFields: tc.entries}}
+			out, err := StripChildManagedFields()(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := out.(*appsv1.Deployment).ManagedFields
+			if kept := len(got) == len(tc.entries); kept != tc.kept {
+				t.Errorf("managedFields %v after the transform; want kept=%v", got, tc.kept)
+			}
+		})
+	}
+	if out, err := StripChildManagedFields()("not an object"); err != nil || out != "not an object" {
+		t.Errorf("a non-object: %v, %v", out, err)
+	}
+}
+
+// TestTrimWatchedWidget: the Widget watch keeps what identifies the Widget and its state
+// (name, UID, resourceVersion, generation, finalizers, deletion, labels) and drops
+// annotations and managedFields.
+func TestTrimWatchedWidget(t *testing.T) {
+	now := metav1.Now()
+	in := widgetMetadata("v1")
+	in.ObjectMeta = metav1.ObjectMeta{Namespace: "ns", Name: "w", UID: "u", ResourceVersion: "7", Generation: 3,
+		Labels: map[string]string{"team": "a"}, Finalizers: []string{Finalizer}, DeletionTimestamp: &now,
+		Annotations:   map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{…}", "widgetry.io/conversion-data": "{…}"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: FieldManager, Operation: metav1.ManagedFieldsOperationUpdate}}}
+	want := in.DeepCopy()
+	want.Annotations, want.ManagedFields = nil, nil
+
+	out, err := TrimWatchedWidget()(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out.(*metav1.PartialObjectMetadata); !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("after the transform:\n%+v\nwant\n%+v", got, want)
+	}
+	if out, err := TrimWatchedWidget()("not an object"); err != nil || out != "not an object" {
+		t.Errorf("a non-object: %v, %v", out, err)
+	}
+}
