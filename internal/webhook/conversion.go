@@ -45,9 +45,11 @@ var (
 //
 // Memory: the body is read into one buffer of its declared length and checked as JSON, which
 // allocates nothing; each object is then a span of that buffer, found without decoding it,
-// converted in batches (on several goroutines for a LIST page), and the converted batches are
-// written to the connection as they are, never joined. A request holds its body and its
-// response, about as large, at its peak, whatever its shape: see ConversionPeakFactor.
+// converted in batches (on several goroutines for a LIST page) and written back over the
+// body where the objects came from as long as they fit (they shrink on the way to v1), into a
+// batch's own buffer from the first that does not; the batches are written to the connection
+// as they are, never joined. A request holds at most its body and a response about as large,
+// whatever its shape: see ConversionPeakFactor.
 // Hostile shapes stop early: an element that is not an object fails the review at once,
 // nesting beyond encoding/json's limit is refused, and the object count is capped.
 type ConversionHandler struct {
@@ -272,7 +274,13 @@ type batch struct {
 	first int    // index of the first object in the review
 	spans []span // of the converter's body
 	size  int
-	out   *objectWriter
+	// done: converted, every object of it. Its JSON is inPlace, then spill.
+	done bool
+	// inPlace is the converted objects that fit where the batch's input was: a prefix of the
+	// batch's region of the body, written over objects already converted.
+	inPlace []byte
+	// spill is the rest, from the first object whose output outgrew the input consumed.
+	spill []byte
 	from  string
 	err   *conversionError
 }
@@ -328,8 +336,9 @@ func (c *converter) dispatch() {
 		c.work = make(chan *batch, workers)
 		for range workers {
 			c.workers.Go(func() {
+				scratch := newObjectWriter(scratchBytes)
 				for b := range c.work {
-					c.convert(b)
+					c.convert(b, scratch)
 				}
 			})
 		}
@@ -341,8 +350,9 @@ func (c *converter) dispatch() {
 func (c *converter) finish() {
 	if c.work == nil {
 		// A small review: convert on the request's goroutine.
+		scratch := newObjectWriter(scratchBytes)
 		for _, b := range c.batches {
-			c.convert(b)
+			c.convert(b, scratch)
 		}
 		return
 	}
@@ -360,7 +370,7 @@ func (c *converter) result() (string, *conversionError) {
 		if b.err != nil {
 			return labelUnknown, b.err
 		}
-		if b.out == nil {
+		if !b.done {
 			break // not converted: decoding stopped before this batch was dispatched
 		}
 		from = mergeFrom(from, b.from, i == 0)
@@ -378,13 +388,13 @@ var panicLog = logf.Log.WithName("conversion-webhook")
 var convertOne = convertObject
 
 // convert converts one batch; it stops at its first failure. Each object's input is dropped
-// once converted.
+// once converted. scratch is the calling goroutine's own.
 //
 // It may run on a goroutine of its own, where net/http's recovery of the handler does not
 // reach: a panic here would kill the process, and since the apiserver sends the same LIST
 // to every replica, every replica in turn. A panic fails this review instead, naming the
 // object, and the server goes on.
-func (c *converter) convert(b *batch) {
+func (c *converter) convert(b *batch, scratch *objectWriter) {
 	i := 0
 	defer func() {
 		if p := recover(); p != nil {
@@ -395,16 +405,21 @@ func (c *converter) convert(b *batch) {
 			c.failed.Store(true)
 		}
 	}()
-	// Converted objects are about as large as they came; the slack covers what conversion
-	// adds (an empty spec to the smallest, the conversion-data annotation), so the buffer
-	// rarely regrows.
-	b.out = newObjectWriter(b.size + b.size/16 + 64)
+	// Each object is converted into scratch, then copied over the body where the batch's
+	// input was, as long as the output so far fits in the input already consumed (objects
+	// converted to v1 usually shrink: endpoints become a map, the conversion-data annotation
+	// goes). The first object that does not fit, and every one after it, goes to spill. So a
+	// review that shrinks costs its body and little more, and one that grows costs what it
+	// did before: the body and a response about as large.
+	pos := int(b.spans[0].start) // where the next converted object goes in the body
+	var spill *bytes.Buffer
 	b.from = labelNone
 	for ; i < len(b.spans); i++ {
+		scratch.Reset()
 		if i > 0 {
-			_ = b.out.WriteByte(',')
+			_ = scratch.WriteByte(',')
 		}
-		version, err := convertOne(b.out, c.desired, c.object(b, i))
+		version, err := convertOne(scratch, c.desired, c.object(b, i))
 		if err != nil {
 			err.message = fmt.Sprintf("object %d (%s): %s", b.first+i+1, describeObject(c.object(b, i)), err.message)
 			b.err = err
@@ -412,9 +427,32 @@ func (c *converter) convert(b *batch) {
 			return
 		}
 		b.from = mergeFrom(b.from, version, i == 0)
+		converted := scratch.Bytes()
+		// Object i has been read: the body up to its end is free.
+		if spill == nil && pos+len(converted) <= int(b.spans[i].end) {
+			pos += copy(c.body[pos:], converted)
+			continue
+		}
+		if spill == nil {
+			// The rest of the batch's input, with a slack for what conversion adds (an
+			// empty spec to the smallest object, the conversion-data annotation), so the
+			// buffer rarely regrows.
+			rest := int(b.spans[len(b.spans)-1].end) - int(b.spans[i].start)
+			spill = bytes.NewBuffer(make([]byte, 0, len(converted)+rest+rest/16+64))
+		}
+		spill.Write(converted)
 	}
+	b.inPlace = c.body[b.spans[0].start:pos:pos]
+	if spill != nil {
+		b.spill = spill.Bytes()
+	}
+	b.done = true
 	b.spans = nil // converted: only the output is needed from here on
 }
+
+// scratchBytes is the first size of a worker's scratch buffer, which holds one converted
+// object at a time (and grows to the largest).
+const scratchBytes = 4 << 10
 
 // span is where one object lies in the body: 8 bytes of bookkeeping per object, not a
 // slice header's 24, since a review of minimal objects holds a span for each.
@@ -471,7 +509,7 @@ func writeResponse(w http.ResponseWriter, uid string, c *converter, convErr *con
 		if i > 0 {
 			length++
 		}
-		length += b.out.Len()
+		length += len(b.inPlace) + len(b.spill)
 	}
 	w.Header().Set("Content-Length", strconv.Itoa(length))
 	if _, err := io.WriteString(w, head); err != nil {
@@ -483,10 +521,13 @@ func writeResponse(w http.ResponseWriter, uid string, c *converter, convErr *con
 				return
 			}
 		}
-		if _, err := w.Write(b.out.Bytes()); err != nil {
+		if _, err := w.Write(b.inPlace); err != nil {
 			return
 		}
-		b.out = nil // written: let it go while the rest is
+		if _, err := w.Write(b.spill); err != nil {
+			return
+		}
+		b.spill = nil // written: let it go while the rest is
 	}
 	_, _ = io.WriteString(w, tail)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
@@ -66,6 +67,16 @@ type objectWriter struct {
 	enc       *json.Encoder
 	hubSpec   v1.WidgetSpec
 	spokeSpec v1alpha1.WidgetSpec
+	// endpoints is the map hubSpec decodes into, cleared for each object.
+	endpoints map[string]v1.EndpointSpec
+	// splice holds a rewritten metadata until the object is written.
+	splice spliceBuffers
+}
+
+// spliceBuffers are what rewriting an object's metadata writes into, reused from object to
+// object: the metadata goes into the output before the next object is converted.
+type spliceBuffers struct {
+	annotations, metadata []byte
 }
 
 func newObjectWriter(size int) *objectWriter {
@@ -171,7 +182,7 @@ func specToHub(rawSpec, metadata []byte, scratch *objectWriter) (*v1.WidgetSpec,
 				return nil, nil, errInvalidData{err}
 			}
 			// The hub holds the data in its spec: the annotation goes.
-			if metadata, err = setDataAnnotation(metadata, conversion.RestoreData{}); err != nil {
+			if metadata, err = setDataAnnotation(metadata, conversion.RestoreData{}, &scratch.splice); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -185,9 +196,23 @@ func specToHub(rawSpec, metadata []byte, scratch *objectWriter) (*v1.WidgetSpec,
 // specFromHub is specToHub the other way.
 func specFromHub(rawSpec, metadata []byte, scratch *objectWriter) (*v1alpha1.WidgetSpec, []byte, error) {
 	in, out := &scratch.hubSpec, &scratch.spokeSpec
-	*in, *out = v1.WidgetSpec{}, v1alpha1.WidgetSpec{}
+	// The endpoints decode into the map of the object before, cleared: json.Unmarshal fills a
+	// map it is given, which spares a new map and its growth for every object.
+	if scratch.endpoints == nil {
+		scratch.endpoints = map[string]v1.EndpointSpec{}
+	}
+	clear(scratch.endpoints)
+	*in, *out = v1.WidgetSpec{Endpoints: scratch.endpoints}, v1alpha1.WidgetSpec{}
 	if err := decodeSpec(rawSpec, in); err != nil {
 		return nil, nil, err
+	}
+	if len(in.Endpoints) == 0 && in.Endpoints != nil {
+		// The map given is still there: the spec's endpoints are {} or absent, which the
+		// conversion must tell apart (an empty map is kept as an empty list, an absent one
+		// stays absent). (null sets the map to nil itself.)
+		if raw, err := memberValue(rawSpec, `"endpoints"`); err != nil || raw == nil {
+			in.Endpoints = nil
+		}
 	}
 	data, err := conversion.SpecFromHub(in, out)
 	if err != nil {
@@ -203,7 +228,7 @@ func specFromHub(rawSpec, metadata []byte, scratch *objectWriter) (*v1alpha1.Wid
 		rewrite = stale != nil
 	}
 	if rewrite {
-		if metadata, err = setDataAnnotation(metadata, data); err != nil {
+		if metadata, err = setDataAnnotation(metadata, data, &scratch.splice); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -265,8 +290,8 @@ func dataAnnotation(metadata []byte) (*string, error) {
 // setDataAnnotation sets the conversion-data annotation to d, or removes it when d is zero
 // (and annotations with it when none is left, so an object that had none gets none back). It
 // splices: every other annotation and metadata member stays the bytes it came as, in its
-// place, and the result is one copy of metadata.
-func setDataAnnotation(metadata []byte, d conversion.RestoreData) ([]byte, error) {
+// place. The result is in bufs.metadata, valid until the next call with bufs.
+func setDataAnnotation(metadata []byte, d conversion.RestoreData, bufs *spliceBuffers) ([]byte, error) {
 	annotations, err := annotationsOf(metadata)
 	if err != nil {
 		return nil, err
@@ -281,10 +306,10 @@ func setDataAnnotation(metadata []byte, d conversion.RestoreData) ([]byte, error
 		if err != nil {
 			return nil, err
 		}
-		return replaceAnnotations(metadata, encoded)
+		return bufs.replaceAnnotations(metadata, encoded)
 	}
-	out := make([]byte, 0, len(annotations)+64)
-	out = append(out, '{')
+	out := append(bufs.annotations[:0], '{')
+	defer func() { bufs.annotations = out[:0] }() // keeps what it has grown to
 	add := func(member []byte) {
 		if len(out) > 1 {
 			out = append(out, ',')
@@ -309,9 +334,10 @@ func setDataAnnotation(metadata []byte, d conversion.RestoreData) ([]byte, error
 		add(append(append([]byte(dataKey), ':'), value...))
 	}
 	if len(out) == 1 {
-		return replaceAnnotations(metadata, nil)
+		return bufs.replaceAnnotations(metadata, nil)
 	}
-	return replaceAnnotations(metadata, append(out, '}'))
+	out = append(out, '}')
+	return bufs.replaceAnnotations(metadata, out)
 }
 
 // annotationsOf returns metadata.annotations as it came, nil when absent or null.
@@ -342,10 +368,11 @@ func hasEscapes(raw []byte) bool {
 }
 
 // replaceAnnotations replaces metadata.annotations with encoded (nil: none) and leaves every
-// other metadata member as the bytes it came as, in its place.
-func replaceAnnotations(metadata, encoded []byte) ([]byte, error) {
-	out := make([]byte, 0, len(metadata)+len(encoded)+len(`,"annotations":`)+2)
+// other metadata member as the bytes it came as, in its place. The result is in b.metadata.
+func (b *spliceBuffers) replaceAnnotations(metadata, encoded []byte) ([]byte, error) {
+	out := slices.Grow(b.metadata[:0], len(metadata)+len(encoded)+len(`,"annotations":`)+2)
 	out = append(out, '{')
+	defer func() { b.metadata = out }()
 	written := false
 	write := func(member []byte) {
 		if len(out) > 1 {

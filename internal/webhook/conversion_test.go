@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -170,6 +171,27 @@ func TestConvertHazards(t *testing.T) {
 				}
 				if strings.Contains(string(objs[1]), `endpoints`) {
 					t.Errorf("unset list became something: %s", objs[1])
+				}
+			}},
+		{name: "to v1alpha1: each object's endpoints alone, an empty map stays empty, unset stays unset", desired: "widgetry.io/v1alpha1",
+			// One review: the handler decodes every object's endpoints into the same map.
+			objects: []any{fmt.Sprintf(hubJSON, "a", `{"image":"i","endpoints":{"http":{"port":80}}}`), fmt.Sprintf(hubJSON, "b", `{"image":"i"}`),
+				fmt.Sprintf(hubJSON, "c", `{"image":"i","endpoints":{}}`), fmt.Sprintf(hubJSON, "d", `{"image":"i","endpoints":null}`),
+				fmt.Sprintf(hubJSON, "e", `{"image":"i","endpoints":{"admin":{"port":9090}}}`)},
+			check: func(t *testing.T, objs []json.RawMessage) {
+				if a := decodeObject[v1alpha1.Widget](t, objs[0]); len(a.Spec.Endpoints) != 1 || a.Spec.Endpoints[0].Name != "http" {
+					t.Errorf("a: endpoints %+v, want http only", a.Spec.Endpoints)
+				}
+				for _, i := range []int{1, 3} {
+					if strings.Contains(string(objs[i]), `endpoints`) {
+						t.Errorf("unset or null endpoints became something: %s", objs[i])
+					}
+				}
+				if !strings.Contains(string(objs[2]), `"endpoints":[]`) {
+					t.Errorf("an empty map did not become an empty list: %s", objs[2])
+				}
+				if e := decodeObject[v1alpha1.Widget](t, objs[4]); len(e.Spec.Endpoints) != 1 || e.Spec.Endpoints[0].Name != "admin" {
+					t.Errorf("e: endpoints %+v, want admin only", e.Spec.Endpoints)
 				}
 			}},
 		{name: "fractional timeout and paused go to the annotation", desired: "widgetry.io/v1alpha1",
@@ -420,5 +442,43 @@ func TestDataAnnotationSplice(t *testing.T) {
 				t.Fatalf("back to v1alpha1: annotations %v", w.Annotations)
 			}
 		})
+	}
+}
+
+// TestConvertInPlaceMatchesOneByOne: a review's objects are written over its body while they
+// fit (objects that shrink) and spill once one does not (an object without spec grows by
+// "spec":{}). Whatever the mix, in one batch or split over workers, every converted object
+// is the one converting it alone gives; and a failure after objects were written in place
+// still names the right object.
+func TestConvertInPlaceMatchesOneByOne(t *testing.T) {
+	const bare = `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"bare-%d","namespace":"ns"}}`
+	var objs []any
+	for i := range 600 { // over batchObjects: several batches, on workers
+		switch {
+		case i%50 == 7:
+			objs = append(objs, fmt.Sprintf(bare, i))
+		default:
+			objs = append(objs, conversiontest.RealisticWidget("ns", i))
+		}
+	}
+	h := &ConversionHandler{}
+	_, _, all := post(t, h, reviewBody(t, "all", "widgetry.io/v1", objs...))
+	if all == nil || all.Response.Result.Status != "Success" || len(all.Response.ConvertedObjects) != len(objs) {
+		t.Fatalf("review of %d objects: %+v", len(objs), all)
+	}
+	for i, o := range objs {
+		_, _, one := post(t, h, reviewBody(t, "one", "widgetry.io/v1", o))
+		if got, want := all.Response.ConvertedObjects[i].Raw, one.Response.ConvertedObjects[0].Raw; !bytes.Equal(got, want) {
+			t.Fatalf("object %d converted in the review:\n%s\nalone:\n%s", i, got, want)
+		}
+	}
+
+	// A failure at the end of the first batch, after the objects before it went in place.
+	bad := slices.Clone(objs[:batchObjects])
+	bad[batchObjects-1] = `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"broken","namespace":"ns"},"spec":{"replicas":"two"}}`
+	_, _, failed := post(t, h, reviewBody(t, "bad", "widgetry.io/v1", bad...))
+	if failed == nil || failed.Response.Result.Status != "Failure" ||
+		!strings.Contains(failed.Response.Result.Message, fmt.Sprintf("object %d (ns/broken, widgetry.io/v1alpha1)", batchObjects)) {
+		t.Fatalf("a malformed object after %d converted ones: %+v", batchObjects-1, failed)
 	}
 }
