@@ -25,7 +25,7 @@ import (
 //     managedFields. Reconcile reads the Widget itself past the cache (APIReader).
 //   - Deployments and Services: metadata only, of the objects labelled as managed by this
 //     operator. The controller reads their owner references, UID and resourceVersion to decide
-//     and condition its writes, and managedFields only while it upgrades them
+//     and condition its writes, and whether their managedFields need an upgrade
 //     (StripChildManagedFields); what it knows of their spec and status comes from the answer
 //     to its own apply.
 //   - Catalog entries and the pause marker: ConfigMaps of its namespace with its label.
@@ -95,24 +95,37 @@ func TrimWatchedWidget() toolscache.TransformFunc {
 }
 
 // StripChildManagedFields drops managedFields from a cached child — often the largest part of
-// its metadata — except from a child that still has fields recorded under this controller's
-// Update operation (one it created, or an older version wrote). The controller reads
-// managedFields only to hand those fields over to its apply (upgradeManagedFields); the JSON
-// patch that does so replaces the whole list, so it must see the whole list, and a child
-// without such an entry needs none of it. Writes are unaffected: an update that carries no
-// managedFields leaves the stored ones as they are.
+// its metadata. The controller reads them for one thing: a child that still has fields
+// recorded under its Update operation (one it created, or an older version wrote) must have
+// them handed over to its apply (upgradeManagedFields). So of such a child the cache keeps
+// that entry alone, without its fields, as a marker, and writeChild reads the fields from
+// the apiserver when it sees it. (Every child it creates passes through this state until its
+// next reconcile: with the fields kept, a mass creation held about 1.6 KiB per child.) Writes
+// are unaffected: an update that carries no managedFields leaves the stored ones as they are.
 func StripChildManagedFields() toolscache.TransformFunc {
 	return func(in any) (any, error) {
 		obj, err := meta.Accessor(in)
 		if err != nil || obj.GetManagedFields() == nil {
 			return in, nil //nolint:nilerr // not an object (a tombstone): cached as it is
 		}
-		for _, e := range obj.GetManagedFields() {
-			if e.Manager == FieldManager && e.Operation == metav1.ManagedFieldsOperationUpdate {
-				return in, nil
-			}
+		if needsUpgrade(obj) {
+			obj.SetManagedFields([]metav1.ManagedFieldsEntry{upgradeMarker})
+		} else {
+			obj.SetManagedFields(nil)
 		}
-		obj.SetManagedFields(nil)
 		return in, nil
 	}
+}
+
+// upgradeMarker is what the cache keeps of a child's managedFields while they need an upgrade.
+var upgradeMarker = metav1.ManagedFieldsEntry{Manager: FieldManager, Operation: metav1.ManagedFieldsOperationUpdate}
+
+// needsUpgrade: obj has fields recorded under the controller's Update operation.
+func needsUpgrade(obj metav1.Object) bool {
+	for _, e := range obj.GetManagedFields() {
+		if e.Manager == FieldManager && e.Operation == metav1.ManagedFieldsOperationUpdate {
+			return true
+		}
+	}
+	return false
 }

@@ -8,9 +8,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// TestStripChildManagedFields: a child keeps, of its managedFields, only the marker that its
+// fields still need an upgrade, without the fields themselves.
 func TestStripChildManagedFields(t *testing.T) {
+	fields := &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:replicas":{}}}`)}
 	entry := func(manager string, op metav1.ManagedFieldsOperationType) metav1.ManagedFieldsEntry {
-		return metav1.ManagedFieldsEntry{Manager: manager, Operation: op}
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: op, APIVersion: "apps/v1", FieldsType: "FieldsV1", FieldsV1: fields}
 	}
 	for _, tc := range []struct {
 		name    string
@@ -18,7 +21,7 @@ func TestStripChildManagedFields(t *testing.T) {
 		kept    bool
 	}{
 		{"applied by the controller, status by another manager", []metav1.ManagedFieldsEntry{entry(FieldManager, metav1.ManagedFieldsOperationApply), entry("kube-controller-manager", metav1.ManagedFieldsOperationUpdate)}, false},
-		{"created by the controller, not yet upgraded", []metav1.ManagedFieldsEntry{entry(FieldManager, metav1.ManagedFieldsOperationUpdate), entry("kube-controller-manager", metav1.ManagedFieldsOperationUpdate)}, true},
+		{"created by the controller, not yet upgraded: the marker", []metav1.ManagedFieldsEntry{entry(FieldManager, metav1.ManagedFieldsOperationUpdate), entry("kube-controller-manager", metav1.ManagedFieldsOperationUpdate)}, true},
 		{"another manager's update only", []metav1.ManagedFieldsEntry{entry("kubectl", metav1.ManagedFieldsOperationUpdate)}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -28,8 +31,15 @@ func TestStripChildManagedFields(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := out.(*appsv1.Deployment).ManagedFields
-			if kept := len(got) == len(tc.entries); kept != tc.kept {
-				t.Errorf("managedFields %v after the transform; want kept=%v", got, tc.kept)
+			var want []metav1.ManagedFieldsEntry
+			if tc.kept {
+				want = []metav1.ManagedFieldsEntry{upgradeMarker}
+			}
+			if !equality.Semantic.DeepEqual(got, want) {
+				t.Errorf("managedFields %v after the transform; want %v", got, want)
+			}
+			if needsUpgrade(d) != tc.kept {
+				t.Errorf("after the transform needsUpgrade = %v, want %v", needsUpgrade(d), tc.kept)
 			}
 		})
 	}

@@ -57,8 +57,9 @@ func writeChild[T childApplyConfiguration[T]](ctx context.Context, r *WidgetReco
 	// Its metadata is all the decision needs, and all the cache holds (CacheOptions).
 	found := childMetadata(*desired.GetAPIVersion(), kind)
 	err = r.Client.Get(ctx, key, found)
-	if apierrors.IsNotFound(err) {
-		// The cache holds labelled objects only, so it cannot see a foreign object.
+	if apierrors.IsNotFound(err) || (err == nil && needsUpgrade(found)) {
+		// The cache holds labelled objects only, so it cannot see a foreign object; and of
+		// managedFields that need an upgrade, it keeps only a marker.
 		err = r.APIReader.Get(ctx, key, found)
 	}
 	switch {
