@@ -28,7 +28,8 @@ import (
 //     and condition its writes, and whether their managedFields need an upgrade
 //     (StripChildManagedFields); what it knows of their spec and status comes from the answer
 //     to its own apply.
-//   - Catalog entries and the pause marker: ConfigMaps of its namespace with its label.
+//   - Catalog entries and the pause marker: ConfigMaps of its namespace with its label, with
+//     only the data that names the Widget (TrimCatalogEntry).
 //   - The Widget CRD, by name, for the storage version.
 //
 // A typed Get of a Deployment or a Service through the cached client would start a second,
@@ -49,7 +50,7 @@ func CacheOptions(catalogNamespace string) cache.Options {
 			&corev1.ConfigMap{}: {
 				Namespaces: map[string]cache.Config{catalogNamespace: {}},
 				Label:      managed,
-				Transform:  cache.TransformStripManagedFields(),
+				Transform:  TrimCatalogEntry(),
 			},
 			&apiextensionsv1.CustomResourceDefinition{}: {
 				Field:     fields.OneTermEqualSelector("metadata.name", crd.WidgetName),
@@ -89,6 +90,30 @@ func TrimWatchedWidget() toolscache.TransformFunc {
 		}
 		if obj.GetManagedFields() != nil {
 			obj.SetManagedFields(nil)
+		}
+		return in, nil
+	}
+}
+
+// TrimCatalogEntry keeps of a cached ConfigMap what the controller reads: its labels (the
+// catalog label), the data that names an entry's Widget (catalogEntryToWidget) and, for the
+// pause marker, that it exists. A change to what is dropped still sends an event, and the
+// reconcile that follows applies the whole entry again.
+func TrimCatalogEntry() toolscache.TransformFunc {
+	return func(in any) (any, error) {
+		cm, ok := in.(*corev1.ConfigMap)
+		if !ok {
+			return in, nil // a tombstone: cached as it is
+		}
+		cm.ManagedFields, cm.Annotations, cm.BinaryData = nil, nil, nil
+		if len(cm.Data) > 0 {
+			kept := map[string]string{}
+			for _, k := range []string{"namespace", "name"} {
+				if v, ok := cm.Data[k]; ok {
+					kept[k] = v
+				}
+			}
+			cm.Data = kept
 		}
 		return in, nil
 	}

@@ -1,11 +1,15 @@
 package controller
 
 import (
+	"context"
 	"testing"
 
+	v1 "github.com/widgetry/widget-operator/api/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // TestStripChildManagedFields: a child keeps, of its managedFields, only the marker that its
@@ -69,6 +73,35 @@ func TestTrimWatchedWidget(t *testing.T) {
 		t.Errorf("after the transform:\n%+v\nwant\n%+v", got, want)
 	}
 	if out, err := TrimWatchedWidget()("not an object"); err != nil || out != "not an object" {
+		t.Errorf("a non-object: %v, %v", out, err)
+	}
+}
+
+// TestTrimCatalogEntry: a catalog entry keeps its labels and the data that names its Widget,
+// which is all catalogEntryToWidget and the watch's predicate read.
+func TestTrimCatalogEntry(t *testing.T) {
+	w := &v1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w", UID: "u"}, Spec: v1.WidgetSpec{Image: "i", Size: ptr.To[int32](2)}}
+	cm := &corev1.ConfigMap{}
+	if err := decodeInto(desiredCatalogEntry(w, "op"), cm); err != nil {
+		t.Fatal(err)
+	}
+	cm.Annotations = map[string]string{"a": "b"}
+	cm.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: FieldManager, Operation: metav1.ManagedFieldsOperationApply}}
+	out, err := TrimCatalogEntry()(cm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*corev1.ConfigMap)
+	if want := map[string]string{"namespace": "ns", "name": "w"}; !equality.Semantic.DeepEqual(got.Data, want) {
+		t.Errorf("data %v, want %v", got.Data, want)
+	}
+	if got.Labels[CatalogLabel] != "true" || got.Annotations != nil || got.ManagedFields != nil {
+		t.Errorf("labels %v, annotations %v, managedFields %v after the transform", got.Labels, got.Annotations, got.ManagedFields)
+	}
+	if reqs := catalogEntryToWidget(context.Background(), got); len(reqs) != 1 || reqs[0].Namespace != "ns" || reqs[0].Name != "w" {
+		t.Errorf("the trimmed entry maps to %v, want ns/w", reqs)
+	}
+	if out, err := TrimCatalogEntry()("not an object"); err != nil || out != "not an object" {
 		t.Errorf("a non-object: %v, %v", out, err)
 	}
 }
