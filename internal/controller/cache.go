@@ -121,12 +121,12 @@ func TrimCatalogEntry() toolscache.TransformFunc {
 
 // StripChildManagedFields drops managedFields from a cached child — often the largest part of
 // its metadata. The controller reads them for one thing: a child that still has fields
-// recorded under its Update operation (one it created, or an older version wrote) must have
-// them handed over to its apply (upgradeManagedFields). So of such a child the cache keeps
-// that entry alone, without its fields, as a marker, and writeChild reads the fields from
-// the apiserver when it sees it. (Every child it creates passes through this state until its
-// next reconcile: with the fields kept, a mass creation held about 1.6 KiB per child.) Writes
-// are unaffected: an update that carries no managedFields leaves the stored ones as they are.
+// recorded under its Update operation must have them handed over to its apply
+// (upgradeManagedFields). writeChild does that right after it creates a child; a child left
+// in that state (created by an older version, or the upgrade failed) keeps in the cache that
+// entry alone, without its fields, as a marker, and writeChild reads the fields from the
+// apiserver when it sees it. Writes are unaffected: an update that carries no managedFields
+// leaves the stored ones as they are.
 func StripChildManagedFields() toolscache.TransformFunc {
 	return func(in any) (any, error) {
 		obj, err := meta.Accessor(in)

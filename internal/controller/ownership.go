@@ -64,7 +64,15 @@ func writeChild[T childApplyConfiguration[T]](ctx context.Context, r *WidgetReco
 	}
 	switch {
 	case apierrors.IsNotFound(err):
-		return true, createChild(ctx, r.Client, kind, desired, live)
+		if err := createChild(ctx, r.Client, kind, desired, live); err != nil {
+			return true, err
+		}
+		// At once, from the create's answer: the next reconcile finds nothing to upgrade,
+		// and the cache never holds the fields of a child in between.
+		if err := upgradeManagedFields(ctx, r.Client, live); err != nil {
+			return true, fmt.Errorf("move the fields of the new %s %s/%s to the %s apply: %w", kind, key.Namespace, key.Name, FieldManager, err)
+		}
+		return true, nil
 	case err != nil:
 		return false, fmt.Errorf("read %s %s/%s: %w", kind, key.Namespace, key.Name, err)
 	case !metav1.IsControlledBy(found, w):

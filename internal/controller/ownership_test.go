@@ -129,8 +129,13 @@ func TestWriteChildNeverWritesWhatItDoesNotControl(t *testing.T) {
 
 	t.Run("a created child is the controller's apply: a field it stops applying goes", func(t *testing.T) {
 		w := newWidget("created")
-		if _, err := writeChild(ctx, live, w, desiredService(w, "widgetry.io/v1"), &corev1.Service{}); err != nil {
+		created := &corev1.Service{}
+		if _, err := writeChild(ctx, live, w, desiredService(w, "widgetry.io/v1"), created); err != nil {
 			t.Fatal(err)
+		}
+		// Upgraded with the create, from its answer: the cache never keeps its fields.
+		if needsUpgrade(created) {
+			t.Errorf("right after the create, managedFields %+v still hold an Update entry of %s", created.ManagedFields, FieldManager)
 		}
 		delete(w.Spec.Endpoints, "admin")
 		svc := &corev1.Service{}
@@ -144,6 +149,32 @@ func TestWriteChildNeverWritesWhatItDoesNotControl(t *testing.T) {
 			if m.Manager == FieldManager && m.Operation != metav1.ManagedFieldsOperationApply {
 				t.Errorf("managed fields entry %s %s left: fields it holds are never removed", m.Manager, m.Operation)
 			}
+		}
+	})
+
+	t.Run("a child left with its fields under Update is upgraded from the cache's marker", func(t *testing.T) {
+		// As an older version created it: a plain create, nothing upgraded.
+		w := newWidget("older")
+		old := &corev1.Service{}
+		if err := decodeInto(desiredService(w, "widgetry.io/v1"), old); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Create(ctx, old, client.FieldOwner(FieldManager)); err != nil {
+			t.Fatal(err)
+		}
+		// What the cache holds of it: the marker, not the fields.
+		cached := old.DeepCopy()
+		if _, err := StripChildManagedFields()(cached); err != nil || !needsUpgrade(cached) {
+			t.Fatalf("the cached copy %+v (%v) does not carry the marker", cached.ManagedFields, err)
+		}
+		fromCache := &WidgetReconciler{Client: staleClient{Client: c, view: cached}, APIReader: c}
+		delete(w.Spec.Endpoints, "admin")
+		svc := &corev1.Service{}
+		if _, err := writeChild(ctx, fromCache, w, desiredService(w, "widgetry.io/v1"), svc); err != nil {
+			t.Fatal(err)
+		}
+		if needsUpgrade(svc) || len(svc.Spec.Ports) != 1 {
+			t.Errorf("after the write: managedFields %+v, ports %+v; want the fields upgraded and the admin port gone", svc.ManagedFields, svc.Spec.Ports)
 		}
 	})
 }

@@ -115,6 +115,35 @@ func RSS(pid int) (uint64, error) {
 	return 0, fmt.Errorf("%s has no VmRSS line (a kernel thread or a zombie?)", path)
 }
 
+// userHZ is the unit of the CPU times in /proc/<pid>/stat: USER_HZ, 100 on every Linux
+// architecture the kernel's ABI fixes it for.
+const userHZ = 100
+
+// CPUTime is the CPU time (user and system) a process has used so far.
+func CPUTime(pid int) (time.Duration, error) {
+	path := "/proc/" + strconv.Itoa(pid) + "/stat"
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	// "pid (comm) state ppid …": comm may hold spaces and parentheses, so the fields are
+	// counted after its last ')'. utime and stime are fields 14 and 15.
+	end := strings.LastIndexByte(string(data), ')')
+	fields := strings.Fields(string(data[end+1:]))
+	if end < 0 || len(fields) < 13 {
+		return 0, fmt.Errorf("%s: unexpected format %.80q", path, data)
+	}
+	var ticks uint64
+	for _, f := range fields[11:13] {
+		n, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: CPU time %q: %w", path, f, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / userHZ, nil
+}
+
 // RemoteHeap is what a process's pprof endpoint reports of its heap after a collection.
 type RemoteHeap struct {
 	// Alloc is the heap its live objects hold (runtime.MemStats.HeapAlloc right after a GC).

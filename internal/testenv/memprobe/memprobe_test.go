@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"testing"
+	"time"
 )
 
 var sink []byte
@@ -62,5 +63,26 @@ func TestReadRemoteHeap(t *testing.T) {
 	defer plain.Close()
 	if _, err := ReadRemoteHeap(plain.URL); err == nil {
 		t.Error("an endpoint without pprof: no error")
+	}
+}
+
+// TestCPUTimeOfThisProcess: burning CPU for a while shows in this process's CPU time.
+func TestCPUTimeOfThisProcess(t *testing.T) {
+	before, err := CPUTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for start := time.Now(); time.Since(start) < 300*time.Millisecond; {
+		sink = make([]byte, 64)
+	}
+	after, err := CPUTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := after - before; d < 100*time.Millisecond {
+		t.Errorf("CPU time grew by %s over 300 ms of busy loop", d)
+	}
+	if _, err := CPUTime(-1); err == nil {
+		t.Error("CPU time of pid -1: no error")
 	}
 }
