@@ -62,6 +62,8 @@ type Options struct {
 	WebhookCertDir  string
 	WebhookCertName string
 	WebhookKeyName  string
+	// GCPercent is the garbage collector's target in force (internal/memlimit), for the log.
+	GCPercent int
 	// MemoryLimit is the Go memory limit in force (see internal/memlimit); 0 means none.
 	// The webhook server's in-flight budget and body limits are derived from it.
 	MemoryLimit int64
@@ -247,7 +249,7 @@ func setupWebhooks(log logr.Logger, webhookMgr ctrl.Manager, opts Options, drain
 			return nil, fmt.Errorf("register webhook budget metrics: %w", err)
 		}
 	}
-	log.Info("webhook memory bounds", "memoryLimit", opts.MemoryLimit, "inFlightBytes", limits.InFlightBytes,
+	log.Info("webhook memory bounds", "memoryLimit", opts.MemoryLimit, "gcPercent", opts.GCPercent, "inFlightBytes", limits.InFlightBytes,
 		"maxConversionBodyBytes", limits.MaxConversionBody, "maxAdmissionBodyBytes", limits.MaxAdmissionBody)
 	// While draining, answers carry "Connection: close": the apiserver keeps connections to
 	// the webhook Service alive, and a kept-alive connection stays pinned to this pod after

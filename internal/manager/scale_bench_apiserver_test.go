@@ -46,8 +46,8 @@ import (
 // every second in between, rss-after-load-MiB after the load below. The manager runs as the
 // chart runs it: GOMEMLIMIT is the container's memory limit, WIDGET_BENCH_MEMORY_LIMIT_MIB
 // (default 256, the chart's; 0 for none, to see the garbage a collector without a limit
-// leaves), which the manager lowers to 90%; WIDGET_BENCH_GOGC sets its GOGC (default: the
-// runtime's 100, as the chart leaves it).
+// leaves), which the manager lowers to 90%; WIDGET_BENCH_GOGC sets its GOGC (default: its own
+// --gogc, memlimit.DefaultGCPercent).
 //
 // Then, with those Widgets in its cache, single-object ConversionReviews at 200 requests/s
 // for WIDGET_BENCH_LOAD_SECONDS (default 10, after 1 s of warm-up) go straight to its

@@ -2,6 +2,7 @@ package memlimit
 
 import (
 	"math"
+	"os"
 	"runtime/debug"
 	"testing"
 )
@@ -27,5 +28,24 @@ func TestApply(t *testing.T) {
 	}
 	if got := Apply(1); got != 900<<20 {
 		t.Fatalf("ratio 1 changed the limit to %d", got)
+	}
+}
+
+func TestSetGCPercent(t *testing.T) {
+	before := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(before) })
+
+	t.Setenv("GOGC", "")
+	os.Unsetenv("GOGC")
+	if got := SetGCPercent(50, false); got != 50 || debug.SetGCPercent(100) != 50 {
+		t.Errorf("without GOGC: SetGCPercent(50) = %d, or the runtime's target is not 50", got)
+	}
+	t.Setenv("GOGC", "200")
+	debug.SetGCPercent(200) // as the runtime read it at start
+	if got := SetGCPercent(50, false); got != 200 || debug.SetGCPercent(200) != 200 {
+		t.Errorf("with GOGC=200, the default 50 must not win: got %d", got)
+	}
+	if got := SetGCPercent(70, true); got != 70 || debug.SetGCPercent(100) != 70 {
+		t.Errorf("an explicit 70 must win over GOGC=200: got %d", got)
 	}
 }
