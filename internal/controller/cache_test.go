@@ -4,18 +4,19 @@ import (
 	"context"
 	"testing"
 
-	v1 "github.com/widgetry/widget-operator/api/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	v1 "github.com/widgetry/widget-operator/api/v1"
 )
 
 // TestStripChildManagedFields: a child keeps, of its managedFields, only the marker that its
 // fields still need an upgrade, without the fields themselves.
 func TestStripChildManagedFields(t *testing.T) {
-	fields := &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:replicas":{}}}`)}
+	fields := metav1.NewFieldsV1(`{"f:spec":{"f:replicas":{}}}`)
 	entry := func(manager string, op metav1.ManagedFieldsOperationType) metav1.ManagedFieldsEntry {
 		return metav1.ManagedFieldsEntry{Manager: manager, Operation: op, APIVersion: "apps/v1", FieldsType: "FieldsV1", FieldsV1: fields}
 	}

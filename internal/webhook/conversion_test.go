@@ -454,10 +454,9 @@ func TestConvertInPlaceMatchesOneByOne(t *testing.T) {
 	const bare = `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"bare-%d","namespace":"ns"}}`
 	var objs []any
 	for i := range 600 { // over batchObjects: several batches, on workers
-		switch {
-		case i%50 == 7:
+		if i%50 == 7 {
 			objs = append(objs, fmt.Sprintf(bare, i))
-		default:
+		} else {
 			objs = append(objs, conversiontest.RealisticWidget("ns", i))
 		}
 	}
