@@ -437,8 +437,8 @@ func (c *converter) convert(b *batch, scratch *objectWriter) {
 			// The rest of the batch's input, with a slack for what conversion adds (an
 			// empty spec to the smallest object, the conversion-data annotation), so the
 			// buffer rarely regrows.
-			rest := int(b.spans[len(b.spans)-1].end) - int(b.spans[i].start)
-			spill = bytes.NewBuffer(make([]byte, 0, len(converted)+rest+rest/16+64))
+			rest := int(b.spans[len(b.spans)-1].end) - int(b.spans[i].start) // object i included
+			spill = bytes.NewBuffer(make([]byte, 0, max(len(converted), rest+rest/16+64)))
 		}
 		spill.Write(converted)
 	}

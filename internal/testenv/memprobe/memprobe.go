@@ -129,8 +129,11 @@ func CPUTime(pid int) (time.Duration, error) {
 	// "pid (comm) state ppid …": comm may hold spaces and parentheses, so the fields are
 	// counted after its last ')'. utime and stime are fields 14 and 15.
 	end := strings.LastIndexByte(string(data), ')')
+	if end < 0 {
+		return 0, fmt.Errorf("%s: unexpected format %.80q", path, data)
+	}
 	fields := strings.Fields(string(data[end+1:]))
-	if end < 0 || len(fields) < 13 {
+	if len(fields) < 13 {
 		return 0, fmt.Errorf("%s: unexpected format %.80q", path, data)
 	}
 	var ticks uint64
