@@ -13,9 +13,10 @@ import (
 	v1 "github.com/widgetry/widget-operator/api/v1"
 )
 
-// TestStripChildManagedFields: a child keeps, of its managedFields, only the marker that its
-// fields still need an upgrade, without the fields themselves.
-func TestStripChildManagedFields(t *testing.T) {
+// TestTrimChild: a child keeps, of its managedFields, only the marker that its fields still
+// need an upgrade, without the fields themselves; and neither labels nor annotations, while
+// what the controller decides on (owner references, UID, resourceVersion) stays.
+func TestTrimChild(t *testing.T) {
 	fields := metav1.NewFieldsV1(`{"f:spec":{"f:replicas":{}}}`)
 	entry := func(manager string, op metav1.ManagedFieldsOperationType) metav1.ManagedFieldsEntry {
 		return metav1.ManagedFieldsEntry{Manager: manager, Operation: op, APIVersion: "apps/v1", FieldsType: "FieldsV1", FieldsV1: fields}
@@ -30,8 +31,11 @@ func TestStripChildManagedFields(t *testing.T) {
 		{"another manager's update only", []metav1.ManagedFieldsEntry{entry("kubectl", metav1.ManagedFieldsOperationUpdate)}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d", ManagedFields: tc.entries}}
-			out, err := StripChildManagedFields()(d)
+			owner := metav1.OwnerReference{APIVersion: "widgetry.io/v1", Kind: "Widget", Name: "w", UID: "wu", Controller: ptr.To(true)}
+			d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d", UID: "du", ResourceVersion: "9", ManagedFields: tc.entries,
+				Labels: map[string]string{ManagedByLabel: ManagedByValue}, Annotations: map[string]string{"deployment.kubernetes.io/revision": "1"},
+				OwnerReferences: []metav1.OwnerReference{owner}}}
+			out, err := TrimChild()(d)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -43,18 +47,24 @@ func TestStripChildManagedFields(t *testing.T) {
 			if !equality.Semantic.DeepEqual(got, want) {
 				t.Errorf("managedFields %v after the transform; want %v", got, want)
 			}
+			if d.Labels != nil || d.Annotations != nil {
+				t.Errorf("labels %v and annotations %v kept; want both dropped", d.Labels, d.Annotations)
+			}
+			if d.UID != "du" || d.ResourceVersion != "9" || !metav1.IsControlledBy(d, &v1.Widget{ObjectMeta: metav1.ObjectMeta{UID: "wu"}}) {
+				t.Errorf("identity or owner lost: %+v", d.ObjectMeta)
+			}
 			if needsUpgrade(d) != tc.kept {
 				t.Errorf("after the transform needsUpgrade = %v, want %v", needsUpgrade(d), tc.kept)
 			}
 		})
 	}
-	if out, err := StripChildManagedFields()("not an object"); err != nil || out != "not an object" {
+	if out, err := TrimChild()("not an object"); err != nil || out != "not an object" {
 		t.Errorf("a non-object: %v, %v", out, err)
 	}
 }
 
 // TestTrimWatchedWidget: the Widget watch keeps what identifies the Widget and its state
-// (name, UID, resourceVersion, generation, finalizers, deletion, labels) and drops
+// (name, UID, resourceVersion, generation, finalizers, deletion) and drops labels,
 // annotations and managedFields.
 func TestTrimWatchedWidget(t *testing.T) {
 	now := metav1.Now()
@@ -64,7 +74,7 @@ func TestTrimWatchedWidget(t *testing.T) {
 		Annotations:   map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{…}", "widgetry.io/conversion-data": "{…}"},
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: FieldManager, Operation: metav1.ManagedFieldsOperationUpdate}}}
 	want := in.DeepCopy()
-	want.Annotations, want.ManagedFields = nil, nil
+	want.Labels, want.Annotations, want.ManagedFields = nil, nil, nil
 
 	out, err := TrimWatchedWidget()(in)
 	if err != nil {

@@ -164,7 +164,7 @@ func TestWriteChildNeverWritesWhatItDoesNotControl(t *testing.T) {
 		}
 		// What the cache holds of it: the marker, not the fields.
 		cached := old.DeepCopy()
-		if _, err := StripChildManagedFields()(cached); err != nil || !needsUpgrade(cached) {
+		if _, err := TrimChild()(cached); err != nil || !needsUpgrade(cached) {
 			t.Fatalf("the cached copy %+v (%v) does not carry the marker", cached.ManagedFields, err)
 		}
 		fromCache := &WidgetReconciler{Client: staleClient{Client: c, view: cached}, APIReader: c}
