@@ -2,7 +2,7 @@
 # make demo: the whole product on a fresh machine. Builds what is missing, starts a real
 # single-node cluster (scripts/README.md), starts cert-manager's real controllers, installs
 # the chart at stage initial, creates Widgets through v1alpha1, walks the API upgrade
-# add-version -> flip-storage -> migrate -> unserve with helm upgrade (checking after every
+# add-version -> flip-storage -> migrate -> unserve -> remove with helm upgrade (checking after every
 # step that every Widget reads the same through every served version), shows a refused unsafe
 # step, and what on-call would see in Prometheus. KEEP=1 leaves the cluster running.
 # Needs root, as kind needs docker. Exits non-zero if any check fails; Ctrl-C cleans up.
@@ -111,7 +111,7 @@ kubectl -n "$ns" logs job/"$release"-preflight --tail=3 2>/dev/null | sed 's/^/ 
 echo "$out" | tail -1 | sed 's/^/     /'
 status | sed 's/^/   /'
 
-for stage in add-version flip-storage migrate unserve; do
+for stage in add-version flip-storage migrate unserve remove; do
 	step "7. helm upgrade --set apiUpgrade.stage=$stage"
 	helm upgrade "$release" "$chart" -n "$ns" --reuse-values --set apiUpgrade.stage="$stage" --wait --timeout 5m >/dev/null
 	status | sed 's/^/   /'

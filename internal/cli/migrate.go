@@ -32,6 +32,7 @@ type migrateFlags struct {
 	pageSize, maxErrors                 int64
 	inTreeProbeTimeout, inTreeTimeout   time.Duration
 	storageWait                         storageWaitFlags
+	dropManagedFieldsOf                 string
 }
 
 // storageWaitFlags tune the wait for every kube-apiserver to write the storage version, which
@@ -87,9 +88,15 @@ storedVersions itself (fails if no controller picks the migration up within
 
 Progress is kept in the ConfigMap widget-migration-<crd> in --progress-namespace: a killed
 migration resumes where it stopped when run again. The operator's manager exports it as
-the widget_migration_* metrics.`,
+the widget_migration_* metrics.
+
+--drop-managed-fields-of VERSION then removes, from every object, the managedFields entries
+recorded through VERSION, which must no longer be served (the chart's hook runs it at
+unserve): server-side apply converts every entry through its version, and fails on objects
+that keep one once VERSION is removed from the CRD.`,
 		Example: `  widgetctl migrate --crd widgets.widgetry.io
-  widgetctl migrate --crd widgets.widgetry.io --to v1alpha1 --backend client -o json`,
+  widgetctl migrate --crd widgets.widgetry.io --to v1alpha1 --backend client -o json
+  widgetctl migrate --crd widgets.widgetry.io --drop-managed-fields-of v1alpha1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runMigrate(cmd, g, f) },
 	}
@@ -106,6 +113,7 @@ the widget_migration_* metrics.`,
 	fl.Int64Var(&f.maxErrors, "max-errors", migrate.DefaultMaxErrors, "stop after this many objects failed")
 	fl.DurationVar(&f.inTreeProbeTimeout, "in-tree-probe-timeout", migrate.DefaultInTreeProbeTimeout, "how long to wait for kube-controller-manager to pick up an in-tree migration (then auto falls back to client, in-tree fails)")
 	fl.DurationVar(&f.inTreeTimeout, "in-tree-timeout", 0, "in-tree: give up waiting after this long (0: no limit); the migration keeps running in the cluster")
+	fl.StringVar(&f.dropManagedFieldsOf, "drop-managed-fields-of", "", "after the migration, drop every object's managedFields entries recorded through this version, which must no longer be served (before removing it from the CRD)")
 	f.storageWait.bind(fl)
 	return cmd
 }
@@ -137,7 +145,7 @@ func runMigrate(cmd *cobra.Command, g *GlobalOptions, f *migrateFlags) error {
 	events := newEventLogger(g)
 	waited, err := waitForStorageVersion(cmd.Context(), g, cfg, f.crd, f.to, &f.storageWait, events)
 	if err != nil {
-		printMigrateSummary(g, nil, waited, err)
+		printMigrateSummary(g, nil, waited, nil, err)
 		return err
 	}
 	to := f.to
@@ -157,8 +165,23 @@ func runMigrate(cmd *cobra.Command, g *GlobalOptions, f *migrateFlags) error {
 		err = fmt.Errorf("interrupted; progress is saved in ConfigMap %s/%s: run the same command again to resume: %w",
 			ns, migrate.ProgressObjectName(f.crd), err)
 	}
-	printMigrateSummary(g, res, waited, err)
+	var dropped *droppedManagedFields
+	if err == nil && f.dropManagedFieldsOf != "" {
+		counts, derr := m.DropManagedFields(cmd.Context(), f.crd, f.dropManagedFieldsOf)
+		dropped = &droppedManagedFields{Version: f.dropManagedFieldsOf, Objects: counts.Migrated, Conflicts: counts.Conflict, NotFound: counts.NotFound, Errors: counts.Error}
+		err = derr
+	}
+	printMigrateSummary(g, res, waited, dropped, err)
 	return err
+}
+
+// droppedManagedFields is what --drop-managed-fields-of did.
+type droppedManagedFields struct {
+	Version   string `json:"version"`
+	Objects   int64  `json:"objects"`
+	Conflicts int64  `json:"conflicts"`
+	NotFound  int64  `json:"notFound"`
+	Errors    int64  `json:"errors"`
 }
 
 // isHostPort: an instance is dialled as given, so a URL or a bare host would fail every request.
@@ -236,10 +259,12 @@ type migrateSummary struct {
 	StoredVersions   []string `json:"storedVersions,omitempty"`
 	// StorageVersionWait is what was waited for before the first rewrite.
 	StorageVersionWait *storageVersionWait `json:"storageVersionWait,omitempty"`
+	// DroppedManagedFields is what --drop-managed-fields-of did.
+	DroppedManagedFields *droppedManagedFields `json:"droppedManagedFields,omitempty"`
 }
 
-func printMigrateSummary(g *GlobalOptions, res *migrate.Result, waited *storageVersionWait, err error) {
-	s := migrateSummary{Result: "done", StorageVersionWait: waited}
+func printMigrateSummary(g *GlobalOptions, res *migrate.Result, waited *storageVersionWait, dropped *droppedManagedFields, err error) {
+	s := migrateSummary{Result: "done", StorageVersionWait: waited, DroppedManagedFields: dropped}
 	switch exitCode(err) {
 	case ExitRefused:
 		s.Result, s.Message = "refused", err.Error()
@@ -258,6 +283,10 @@ func printMigrateSummary(g *GlobalOptions, res *migrate.Result, waited *storageV
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(s)
 		return
+	}
+	if dropped != nil {
+		defer fmt.Fprintf(g.Stdout, "dropped the managedFields entries of %s from %d objects (%d conflicts, %d not found, %d errors: rerun to catch them)\n",
+			dropped.Version, dropped.Objects, dropped.Conflicts, dropped.NotFound, dropped.Errors)
 	}
 	if res == nil {
 		return // the error line on stderr says it all

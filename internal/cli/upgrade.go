@@ -25,8 +25,8 @@ func NewUpgradeCommand(g *GlobalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "upgrade",
 		Short: "Observe, plan, check and apply the staged API upgrade of a CRD",
-		Long: `The staged upgrade moves a CRD from an old version to a new one in five stages:
-initial -> add-version -> flip-storage -> migrate -> unserve, one stage at a time, each
+		Long: `The staged upgrade moves a CRD from an old version to a new one in six stages:
+initial -> add-version -> flip-storage -> migrate -> unserve -> remove, one stage at a time, each
 with preflight checks; rollback is one stage back. The stage is read from the live CRD
 (served/storage flags and status.storedVersions), never from Helm's history.`,
 	}
@@ -48,7 +48,7 @@ func (f *upgradeFlags) bind(cmd *cobra.Command, withTarget bool) {
 	fl.StringVar(&f.new, "new-version", "v1", "the version replacing it")
 	fl.StringVar(&f.webhookURL, "webhook-url", "", "reach the conversion webhook here instead of its Service (e.g. through kubectl port-forward); its certificate is still verified against the CRD's caBundle")
 	if withTarget {
-		fl.StringVar(&f.to, "to", "", "target stage: initial, add-version, flip-storage, migrate or unserve (required)")
+		fl.StringVar(&f.to, "to", "", "target stage: "+crd.StageNames()+" (required)")
 	}
 }
 
@@ -99,7 +99,7 @@ func asExit(err error) error {
 
 func parseTarget(f *upgradeFlags) (crd.Stage, error) {
 	if f.to == "" {
-		return "", refused(errors.New("--to STAGE is required: initial, add-version, flip-storage, migrate or unserve"))
+		return "", refused(errors.New("--to STAGE is required: " + crd.StageNames()))
 	}
 	return crd.Stage(f.to), nil
 }

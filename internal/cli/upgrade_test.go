@@ -143,6 +143,29 @@ func TestUpgradeCommands(t *testing.T) {
 	if s := stage(); s["stage"] != "unserve" {
 		t.Fatalf("stage %v after apply --to unserve", s["stage"])
 	}
+	// The fleet was written through v1alpha1: remove waits until those managedFields entries
+	// are dropped.
+	_, errOut = expect(cli.ExitRefused, "upgrade", "apply", "--to", "remove")
+	if !strings.Contains(errOut, "no-managed-fields-of-old") || !strings.Contains(errOut, "--drop-managed-fields-of v1alpha1") {
+		t.Errorf("apply --to remove with v1alpha1 managedFields left: %s", errOut)
+	}
+	out, _ = expect(cli.ExitDone, "migrate", "--crd", crd.WidgetName, "--progress-namespace", "widget-system", "--apiserver-instances="+u.Host,
+		"--drop-managed-fields-of", "v1alpha1")
+	if !strings.Contains(out, "dropped the managedFields entries of v1alpha1 from") {
+		t.Errorf("migrate --drop-managed-fields-of: %s", out)
+	}
+	expect(cli.ExitDone, "upgrade", "apply", "--to", "remove")
+	if s := stage(); s["stage"] != "remove" {
+		t.Fatalf("stage %v after apply --to remove", s["stage"])
+	}
+	out, _ = expect(cli.ExitDone, "selftest", "--namespace", "fleet")
+	if !strings.Contains(out, "through v1") {
+		t.Errorf("selftest at remove: %s", out)
+	}
+	expect(cli.ExitDone, "upgrade", "apply", "--to", "unserve")
+	if s := stage(); s["stage"] != "unserve" {
+		t.Fatalf("stage %v after the rollback from remove", s["stage"])
+	}
 
 	// A Helm-managed CRD is Helm's to change.
 	live := &apiextensionsv1.CustomResourceDefinition{}

@@ -4,6 +4,8 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -76,17 +78,27 @@ func Version(c *apiextensionsv1.CustomResourceDefinition, name string) *apiexten
 // stages.
 type Stage string
 
-// The five stages, in order.
+// The six stages, in order.
 const (
 	StageInitial     Stage = "initial"
 	StageAddVersion  Stage = "add-version"
 	StageFlipStorage Stage = "flip-storage"
 	StageMigrate     Stage = "migrate"
 	StageUnserve     Stage = "unserve"
+	StageRemove      Stage = "remove"
 )
 
 // Stages lists the stages in upgrade order.
-var Stages = []Stage{StageInitial, StageAddVersion, StageFlipStorage, StageMigrate, StageUnserve}
+var Stages = []Stage{StageInitial, StageAddVersion, StageFlipStorage, StageMigrate, StageUnserve, StageRemove}
+
+// StageNames is the list of stages as messages name them.
+func StageNames() string {
+	names := make([]string, len(Stages))
+	for i, s := range Stages {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}
 
 // DeprecationWarning is what clients of v1alpha1 see from add-version on.
 const DeprecationWarning = "widgetry.io/v1alpha1 Widget is deprecated; use widgetry.io/v1 (runbooks/upgrade/add-version.md)"
@@ -98,21 +110,22 @@ func ParseStage(name string) (Stage, error) {
 			return s, nil
 		}
 	}
-	return "", fmt.Errorf("unknown stage %q; the stages are initial, add-version, flip-storage, migrate, unserve", name)
+	return "", fmt.Errorf("unknown stage %q; the stages are %s", name, StageNames())
 }
 
 // VersionPair is the pair of versions a staged upgrade moves between, for any CRD.
 type VersionPair struct {
 	// Old is the version being retired, New the one replacing it.
 	Old, New string
-	// Template returns the definition of New when the CRD lacks it (nil: it cannot be added).
+	// Template returns the definition of a version of the pair when the CRD lacks it: New
+	// before add-version, Old on the way back from remove (nil: it cannot be added).
 	Template func(name string) *apiextensionsv1.CustomResourceDefinitionVersion
 	// DeprecationWarning is set on Old from add-version on.
 	DeprecationWarning string
 }
 
-// ErrNoTemplate is returned when New must be added but the pair has no template for it.
-var ErrNoTemplate = errors.New("the CRD lacks the new version and no schema for it is known")
+// ErrNoTemplate is returned when a version must be added but the pair has no template for it.
+var ErrNoTemplate = errors.New("the CRD lacks the version and no schema for it is known")
 
 // WidgetPair is the Widget API's pair, with the generated schemas.
 func WidgetPair() VersionPair {
@@ -122,41 +135,57 @@ func WidgetPair() VersionPair {
 
 // SetStageFlags sets c's versions as the stage table of the package documentation says —
 // which versions exist, which are served, which is stored, Old's deprecation — flipping the
-// flags of the versions in place and adding New from the pair's template when it is missing.
-// Everything else on c (schemas, conversion, metadata) is kept. This is the one place the
-// table's flags are written.
+// flags of the versions in place, adding a version the stage has and c lacks from the pair's
+// template (New on the way to add-version, Old on the way back from remove) and dropping the
+// one it does not have. Everything else on c (schemas, conversion, metadata) is kept. This is
+// the one place the table's flags are written.
 func SetStageFlags(c *apiextensionsv1.CustomResourceDefinition, pair VersionPair, stage Stage) error {
 	if _, err := ParseStage(string(stage)); err != nil {
 		return err
 	}
-	idxOld, idxNew := -1, -1
-	for i, v := range c.Spec.Versions {
-		switch v.Name {
-		case pair.Old:
-			idxOld = i
-		case pair.New:
-			idxNew = i
+	// index returns the position of the named version, appended from the template if missing.
+	index := func(name string) (int, error) {
+		if i := slices.IndexFunc(c.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool { return v.Name == name }); i >= 0 {
+			return i, nil
 		}
-	}
-	if idxOld < 0 {
-		return fmt.Errorf("CRD %s has no version %s", c.Name, pair.Old)
-	}
-	if stage == StageInitial {
-		old := c.Spec.Versions[idxOld]
-		old.Served, old.Storage, old.Deprecated, old.DeprecationWarning = true, true, false, nil
-		c.Spec.Versions = []apiextensionsv1.CustomResourceDefinitionVersion{old}
-		return nil
-	}
-	if idxNew < 0 {
 		var v *apiextensionsv1.CustomResourceDefinitionVersion
 		if pair.Template != nil {
-			v = pair.Template(pair.New)
+			v = pair.Template(name)
 		}
 		if v == nil {
-			return fmt.Errorf("CRD %s, version %s: %w", c.Name, pair.New, ErrNoTemplate)
+			return -1, fmt.Errorf("CRD %s, version %s: %w", c.Name, name, ErrNoTemplate)
 		}
 		c.Spec.Versions = append(c.Spec.Versions, *v.DeepCopy())
-		idxNew = len(c.Spec.Versions) - 1
+		return len(c.Spec.Versions) - 1, nil
+	}
+	// only keeps the named version alone, served and stored.
+	only := func(name string) error {
+		i, err := index(name)
+		if err != nil {
+			return err
+		}
+		v := c.Spec.Versions[i]
+		v.Served, v.Storage = true, true
+		c.Spec.Versions = []apiextensionsv1.CustomResourceDefinitionVersion{v}
+		return nil
+	}
+	switch stage {
+	case StageInitial:
+		if err := only(pair.Old); err != nil {
+			return err
+		}
+		c.Spec.Versions[0].Deprecated, c.Spec.Versions[0].DeprecationWarning = false, nil
+		return nil
+	case StageRemove:
+		return only(pair.New)
+	}
+	idxOld, err := index(pair.Old)
+	if err != nil {
+		return err
+	}
+	idxNew, err := index(pair.New)
+	if err != nil {
+		return err
 	}
 	old, nw := &c.Spec.Versions[idxOld], &c.Spec.Versions[idxNew]
 	old.Deprecated, old.DeprecationWarning = true, nil

@@ -1,8 +1,11 @@
 package crd
 
 import (
+	"errors"
+	"slices"
 	"testing"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 )
 
@@ -35,5 +38,67 @@ func TestGeneratedCRD(t *testing.T) {
 	}
 	if !Widget().Spec.Versions[1].Storage {
 		t.Error("Widget() returned a shared copy")
+	}
+}
+
+// TestSetStageFlagsFromEveryStage: moving a CRD at any stage to any other gives the versions
+// the target stage has from the generated CRD, in the same order — remove drops the old
+// version and the way back from remove adds it again from the template.
+func TestSetStageFlagsFromEveryStage(t *testing.T) {
+	want := map[Stage][]string{
+		StageInitial: {"v1alpha1"}, StageAddVersion: {"v1alpha1", "v1"}, StageFlipStorage: {"v1alpha1", "v1"},
+		StageMigrate: {"v1alpha1", "v1"}, StageUnserve: {"v1alpha1", "v1"}, StageRemove: {"v1"},
+	}
+	for _, from := range Stages {
+		for _, to := range Stages {
+			start := Widget()
+			if err := ApplyStageFlags(start, from); err != nil {
+				t.Fatalf("%s: %v", from, err)
+			}
+			got, direct := start.DeepCopy(), Widget()
+			if err := ApplyStageFlags(got, to); err != nil {
+				t.Fatalf("%s -> %s: %v", from, to, err)
+			}
+			if err := ApplyStageFlags(direct, to); err != nil {
+				t.Fatalf("%s: %v", to, err)
+			}
+			byName := func(c *apiextensionsv1.CustomResourceDefinition) map[string]apiextensionsv1.CustomResourceDefinitionVersion {
+				m := map[string]apiextensionsv1.CustomResourceDefinitionVersion{}
+				for _, v := range c.Spec.Versions {
+					m[v.Name] = v
+				}
+				return m
+			}
+			var names []string
+			for _, v := range got.Spec.Versions {
+				names = append(names, v.Name)
+			}
+			slices.Sort(names)
+			if wantNames := slices.Sorted(slices.Values(want[to])); !slices.Equal(names, wantNames) {
+				t.Errorf("%s -> %s: versions %v, want %v", from, to, names, wantNames)
+			}
+			if !equality.Semantic.DeepEqual(byName(got), byName(direct)) {
+				t.Errorf("%s -> %s: versions differ from %s applied to the generated CRD", from, to, to)
+			}
+		}
+	}
+	if v := Version(func() *apiextensionsv1.CustomResourceDefinition {
+		c := Widget()
+		_ = ApplyStageFlags(c, StageRemove)
+		return c
+	}(), "v1"); v == nil || !v.Served || !v.Storage {
+		t.Errorf("at remove v1 must be served and stored: %+v", v)
+	}
+	noTemplate := WidgetPair()
+	noTemplate.Template = nil
+	c := Widget()
+	_ = ApplyStageFlags(c, StageRemove)
+	if err := SetStageFlags(c, noTemplate, StageUnserve); !errors.Is(err, ErrNoTemplate) {
+		t.Errorf("back from remove without a template: %v, want ErrNoTemplate", err)
+	}
+	initial := Widget()
+	_ = ApplyStageFlags(initial, StageInitial)
+	if err := SetStageFlags(initial, noTemplate, StageRemove); !errors.Is(err, ErrNoTemplate) {
+		t.Errorf("to remove from a CRD without v1 and no template: %v, want ErrNoTemplate", err)
 	}
 }

@@ -4,7 +4,7 @@
 //
 // # The staged API upgrade
 //
-// A CRD moves from an old version (for Widgets v1alpha1) to a new one (v1) in five stages,
+// A CRD moves from an old version (for Widgets v1alpha1) to a new one (v1) in six stages,
 // one stage per change, each reversible by one stage back. What defines a stage is the CRD
 // itself — which versions exist in spec.versions, which are served, which one is the storage
 // version — together with status.storedVersions, the versions in which objects may still be
@@ -16,6 +16,7 @@
 //	flip-storage   served, deprecated      served     new      holds old: [old new]
 //	migrate        served, deprecated      served     new      [new]
 //	unserve        not served, deprecated  served     new      [new]
+//	remove         absent                  served     new      [new]
 //
 // Why each stage:
 //
@@ -36,17 +37,18 @@
 //     and no owner reference names the old version (the garbage collector cannot resolve an
 //     unserved version). The old version stays in spec.versions, not served, so the step can
 //     be undone by serving it again.
-//
-// There is no stage that removes the old version from spec.versions: unserving is enough to
-// retire it and, unlike removal, is undone by a flag. Removing it is a hand edit after
-// unserve, which the apiserver accepts only once storedVersions no longer lists the version
-// — one more reason storedVersions is trimmed at migrate, before unserve.
+//   - remove drops the old version from spec.versions: the end of the road. The apiserver
+//     accepts it only once storedVersions no longer lists the version (one more reason it is
+//     trimmed at migrate); the preflight also wants no managedFields entry recorded through
+//     the old version left on any object, since server-side apply converts every entry
+//     through its version and fails on one the CRD no longer has (kubernetes#111937).
+//     Rolling back adds the old version again, not served (unserve).
 //
 // Going back: from flip-storage to add-version, the old version is the storage version again
 // but objects written meanwhile stay encoded as new, so storedVersions keeps new ("add-version,
 // rolled back"); going further back to initial removes the new version, which is allowed only
 // once nothing is stored as new (a reverse migration). From unserve back to migrate the old
-// version is served again.
+// version is served again; from remove back to unserve it is defined again, not served.
 //
 // The table is encoded once for writing, in SetStageFlags (the chart's CRD template is
 // generated from ApplyStageFlags, and `widgetctl upgrade apply` changes the live CRD with it),

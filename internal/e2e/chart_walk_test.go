@@ -39,17 +39,18 @@ const releaseNamespace = "widget-system"
 // Pod Security restricted, with cert-manager's real controllers and cainjector (Certificate
 // Ready, caBundle in the CRD and both webhook configurations equal to the issuing CA); a skipped
 // stage fails with the preflight's message and changes nothing; helm upgrade one stage at a
-// time to unserve and helm rollback one at a time to initial (the last only after the reverse
+// time to remove and helm rollback one at a time to initial (the last only after the reverse
 // migration the refusal asks for), with Widgets written through every served version at every
-// stage and read back through every served version (0 lost fields); helm test; helm uninstall
-// keeps the CRD and every Widget, without the catalog finalizer.
+// stage and read back through every served version (0 lost fields); a Widget last applied
+// through v1alpha1 is applied through v1 by the same manager at remove; helm test; helm
+// uninstall keeps the CRD and every Widget, without the catalog finalizer.
 func TestEndToEndWalk(t *testing.T) {
 	c := cluster.Start(t)
 	c.ImportOperatorImage(t)
 	c.StartCertManager(t)
 	ensureNamespace(t, c, releaseNamespace)
 	for _, helm := range []string{"helm3", "helm4"} {
-		// Helm 3 walks back with helm rollback; Helm 4 uninstalls at unserve, installs again and
+		// Helm 3 walks back with helm rollback; Helm 4 uninstalls at remove, installs again and
 		// walks back with helm upgrade.
 		if !t.Run(helm, func(t *testing.T) { walk(t, c, filepath.Join(c.Bin, helm), "walk-"+helm, helm == "helm4") }) {
 			return
@@ -100,6 +101,9 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 	round := 0
 	w.write(crd.StageInitial, round)
 	w.verify(crd.StageInitial)
+	appliedNamespace := widgetNamespace + "-applied"
+	ensureNamespace(t, c, appliedNamespace)
+	w.serverSideApply(appliedNamespace, "v1alpha1")
 
 	// A skipped stage: refused by the pre-upgrade preflight, with its message, nothing changed.
 	before := w.crd()
@@ -141,6 +145,10 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 		}
 		revisions[stage], _ = w.release()
 	}
+	// The managedFields entry old-applier recorded through v1alpha1 went with the unserve
+	// hook: its apply through v1 works now that v1alpha1 is gone (kubernetes#111937).
+	w.serverSideApply(appliedNamespace, "v1")
+	backFromRemove := []crd.Stage{crd.StageUnserve, crd.StageMigrate, crd.StageFlipStorage, crd.StageAddVersion, crd.StageInitial}
 
 	// back is one step back to stage by helm args (rollback or upgrade), then the checks; the
 	// step to initial is first refused until the reverse migration the refusal names has run.
@@ -166,18 +174,18 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 		w.verify(stage)
 	}
 	if viaUninstall {
-		// Uninstall at unserve keeps every Widget; a new install at unserve takes them over.
-		w.uninstallKeepsWidgets(crd.StageUnserve)
-		w.mustHelm("install", "widget-operator", chart, "--set", "image.tag=dev,apiUpgrade.stage=unserve", "--wait", "--timeout", "5m")
-		w.checkStage(crd.StageUnserve)
-		w.verify(crd.StageUnserve)
-		for _, stage := range []crd.Stage{crd.StageMigrate, crd.StageFlipStorage, crd.StageAddVersion, crd.StageInitial} {
+		// Uninstall at remove keeps every Widget; a new install at remove takes them over.
+		w.uninstallKeepsWidgets(crd.StageRemove)
+		w.mustHelm("install", "widget-operator", chart, "--set", "image.tag=dev,apiUpgrade.stage=remove", "--wait", "--timeout", "5m")
+		w.checkStage(crd.StageRemove)
+		w.verify(crd.StageRemove)
+		for _, stage := range backFromRemove {
 			back(stage, "upgrade", "widget-operator", chart, "--reuse-values", "--set", "apiUpgrade.stage="+string(stage))
 		}
 	}
 
 	// Otherwise helm rollback one stage at a time, to the revision each stage had.
-	for _, stage := range []crd.Stage{crd.StageMigrate, crd.StageFlipStorage, crd.StageAddVersion, crd.StageInitial} {
+	for _, stage := range backFromRemove {
 		if viaUninstall {
 			break
 		}
@@ -188,6 +196,24 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 	t.Logf("helm test:\n%s", out)
 
 	w.uninstallKeepsWidgets(crd.StageInitial)
+}
+
+// serverSideApply applies the Widget applied in namespace through version as field manager
+// old-applier, with kubectl (a server-side apply): it fails on an object that keeps a
+// managedFields entry of a version the CRD no longer has.
+func (w *e2e) serverSideApply(namespace, version string) {
+	w.t.Helper()
+	size := "size"
+	if version == "v1alpha1" {
+		size = "replicas"
+	}
+	manifest := fmt.Sprintf("apiVersion: widgetry.io/%s\nkind: Widget\nmetadata:\n  name: applied\n  namespace: %s\nspec:\n  image: registry.example.com/applied:%s\n  %s: 0\n",
+		version, namespace, version, size)
+	f := filepath.Join(w.t.TempDir(), "applied.yaml")
+	if err := os.WriteFile(f, []byte(manifest), 0o644); err != nil {
+		w.t.Fatal(err)
+	}
+	w.c.Kubectl(w.t, "apply", "--server-side", "--field-manager=old-applier", "--force-conflicts", "-f", f)
 }
 
 func (w *e2e) runHelm(args ...string) (string, error) {

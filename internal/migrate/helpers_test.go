@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -230,4 +231,33 @@ func itoa(n int) string { return strconv.Itoa(n) }
 func TestMain(m *testing.M) {
 	ctrllog.SetLogger(logr.Discard())
 	os.Exit(m.Run())
+}
+
+// setServed serves a version of the live Widget CRD or stops serving it, and waits until the
+// apiserver follows.
+func setServed(t testing.TB, env *testenv.Env, version string, served bool) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		live := &apiextensionsv1.CustomResourceDefinition{}
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: crd.WidgetName}, live); err != nil {
+			return err
+		}
+		crd.Version(live, version).Served = served
+		return env.Client.Update(context.Background(), live)
+	})
+	if err != nil {
+		t.Fatalf("set %s served=%v: %v", version, served, err)
+	}
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(schema.GroupVersionKind{Group: v1.GroupVersion.Group, Version: version, Kind: "WidgetList"})
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("the apiserver serves %s: %v", version, served), func() error {
+		err := env.Client.List(context.Background(), list, client.Limit(1))
+		switch {
+		case served && err != nil:
+			return err
+		case !served && err == nil:
+			return fmt.Errorf("%s still served", version)
+		}
+		return nil
+	})
 }

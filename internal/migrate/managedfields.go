@@ -16,12 +16,14 @@ import (
 )
 
 // DropManagedFields removes, from every object of CRD crdName, the managedFields entries
-// recorded in version (e.g. "v1alpha1"). The stage engine calls it at `unserve`: the
-// apiserver converts managedFields entries through their recorded version on every
-// server-side apply, so entries of a version that is no longer served make applies to those
-// objects fail (Cluster API's second migration phase). Each write carries the object's
-// resourceVersion; Conflict and NotFound are counted (the next run catches a conflicting
-// object), other errors too. Objects without such entries are not written.
+// recorded in version (e.g. "v1alpha1"), which must not be served (else clients record new
+// ones behind it). The chart's post-upgrade hook runs it at unserve (widgetctl migrate
+// --drop-managed-fields-of), and the preflight of remove wants none left: the apiserver
+// converts managedFields entries through their recorded version on every server-side apply,
+// so once the version is gone from the CRD, applies to objects that keep such an entry fail
+// (kubernetes#111937; Cluster API's crdmigrator does the same cleanup). Each write carries the
+// object's resourceVersion; Conflict and NotFound are counted (the next run catches a
+// conflicting object), other errors too. Objects without such entries are not written.
 func (m *Migrator) DropManagedFields(ctx context.Context, crdName, version string) (Counts, error) {
 	crd := &apiextensionsv1.CustomResourceDefinition{}
 	if err := m.c.Get(ctx, client.ObjectKey{Name: crdName}, crd); err != nil {
@@ -29,6 +31,11 @@ func (m *Migrator) DropManagedFields(ctx context.Context, crdName, version strin
 	}
 	apiVersion := crd.Spec.Group + "/" + version
 	var reqVersion string
+	for _, v := range crd.Spec.Versions {
+		if v.Name == version && v.Served {
+			return Counts{}, refusef("CRD %s still serves %s, so clients would record new managedFields entries through it: stop serving it first (stage unserve)", crdName, version)
+		}
+	}
 	for _, v := range crd.Spec.Versions {
 		if v.Served && (reqVersion == "" || v.Storage) {
 			reqVersion = v.Name

@@ -15,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/internal/conversion/conversiontest"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/migrate"
@@ -179,7 +181,11 @@ widget_migration_objects_total{crd="widgets.widgetry.io",result="not_found"} 0
 
 	t.Run("drop the managedFields entries of v1alpha1", func(t *testing.T) {
 		withEntries := func() (n int) {
-			for _, w := range readViews(t, env, "fleet").hub {
+			hubs := &v1.WidgetList{}
+			if err := env.Client.List(ctx, hubs, client.InNamespace("fleet")); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range hubs.Items {
 				if slices.ContainsFunc(w.ManagedFields, func(e metav1.ManagedFieldsEntry) bool { return e.APIVersion == "widgetry.io/v1alpha1" }) {
 					n++
 				}
@@ -190,6 +196,15 @@ widget_migration_objects_total{crd="widgets.widgetry.io",result="not_found"} 0
 		if want == 0 {
 			t.Fatal("no object has managedFields entries of v1alpha1 to drop")
 		}
+		if _, err := m.DropManagedFields(ctx, crd.WidgetName, "v1alpha1"); !migrate.IsRefused(err) || !strings.Contains(err.Error(), "stop serving it first") {
+			t.Fatalf("while v1alpha1 is served: %v, want a refusal", err)
+		}
+		// As at unserve: everything stored as v1, v1alpha1 no longer served.
+		widgetenv.SetStorageVersion(t, env, "v1", probeNamespace)
+		if _, err := m.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, ProgressNamespace: progressNamespace, Backend: migrate.BackendClient}); err != nil {
+			t.Fatal(err)
+		}
+		setServed(t, env, "v1alpha1", false)
 		counts, err := m.DropManagedFields(ctx, crd.WidgetName, "v1alpha1")
 		if err != nil || counts.Migrated != int64(want) {
 			t.Fatalf("dropped from %d objects (%+v, %v), want %d", counts.Migrated, counts, err, want)
@@ -197,6 +212,7 @@ widget_migration_objects_total{crd="widgets.widgetry.io",result="not_found"} 0
 		if left := withEntries(); left != 0 {
 			t.Errorf("%d objects still have managedFields entries of v1alpha1", left)
 		}
+		setServed(t, env, "v1alpha1", true)
 		after := readViews(t, env, "fleet")
 		for name, w := range before.hub {
 			if d := conversiontest.Diff(w.Spec, after.hub[name].Spec); d != "" {

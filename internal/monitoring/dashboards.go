@@ -220,11 +220,13 @@ func webhooks() dashboardSpec {
 	}
 }
 
-// stageExpr derives the stage number (1 initial to 5 unserve, the order of crd.Stages) from
+// stageExpr derives the stage number (1 initial to 6 remove, the order of crd.Stages) from
 // the CRD metrics, following the stage table in internal/crd's package documentation: the
 // first branch of the `or` chain that has a value wins (all have the empty label set).
 // 0: CRD not reported.
-const stageExpr = `max(widget_crd_version_info{` + mgr + `,crd="` + WidgetCRD + `",version="v1alpha1",served="false"}) * 5
+const stageExpr = `(max(widget_crd_version_info{` + mgr + `,crd="` + WidgetCRD + `",version="v1",storage="true"}) * 6 unless max(widget_crd_version_info{` + mgr + `,crd="` + WidgetCRD + `",version="v1alpha1"}))
+or
+max(widget_crd_version_info{` + mgr + `,crd="` + WidgetCRD + `",version="v1alpha1",served="false"}) * 5
 or
 (max(widget_crd_version_info{` + mgr + `,crd="` + WidgetCRD + `",version="v1",storage="true"}) * 4 unless count(max by (version) (widget_crd_stored_versions{` + mgr + `,crd="` + WidgetCRD + `"})) > 1)
 or
@@ -247,7 +249,7 @@ func apiUpgrade() dashboardSpec {
 				kind: kindStat, title: "Stage", unit: units.Short, w: 6, h: 6,
 				desc:     "Stage of widgets.widgetry.io derived from the served/storage flags and storedVersions; each stage's flags are at the top of its runbook, runbooks/upgrade/<stage>.md. flip-storage and migrate have the same flags and differ in storedVersions (migrate: only v1). add-version also covers a rollback from flip-storage that left v1 stored. `widgetctl upgrade status` is the authority.",
 				steps:    []step{base(blue)},
-				mappings: map[string]string{"0": "no CRD", "1": "initial", "2": "add-version", "3": "flip-storage", "4": "migrate", "5": "unserve"},
+				mappings: map[string]string{"0": "no CRD", "1": "initial", "2": "add-version", "3": "flip-storage", "4": "migrate", "5": "unserve", "6": "remove"},
 				queries:  []query{{expr: stageExpr, legend: "stage", instant: true}},
 			}, {
 				kind: kindTable, title: "Versions: served and storage", unit: units.Short, w: 10, h: 6,

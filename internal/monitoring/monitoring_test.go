@@ -22,6 +22,7 @@ import (
 	prommodel "github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 )
 
@@ -460,7 +461,8 @@ func TestRunbooks(t *testing.T) {
 			t.Errorf("%s: want the first line # %s", path, a)
 		}
 	}
-	for _, stage := range []string{"initial", "add-version", "flip-storage", "migrate", "unserve"} {
+	for _, s := range crd.Stages {
+		stage := string(s)
 		path := filepath.Join(root, "runbooks", "upgrade", stage+".md")
 		b, err := os.ReadFile(path)
 		if err != nil {

@@ -41,6 +41,7 @@ func TestStageExprWithPromtool(t *testing.T) {
 		{"flip-storage", series(info+`version="v1alpha1",served="true",storage="false"}`, info+`version="v1",served="true",storage="true"}`, stored+`version="v1alpha1"}`, stored+`version="v1"}`), "3"},
 		{"migrate", series(info+`version="v1alpha1",served="true",storage="false"}`, info+`version="v1",served="true",storage="true"}`, stored+`version="v1"}`), "4"},
 		{"unserve", series(info+`version="v1alpha1",served="false",storage="false"}`, info+`version="v1",served="true",storage="true"}`, stored+`version="v1"}`), "5"},
+		{"remove", series(info+`version="v1",served="true",storage="true"}`, stored+`version="v1"}`), "6"},
 	}
 	var tests strings.Builder
 	tests.WriteString("rule_files:\n  - rules.yaml\nevaluation_interval: 1m\ntests:\n")

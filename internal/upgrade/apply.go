@@ -54,7 +54,7 @@ func Apply(ctx context.Context, c client.Client, cfg Config, o *Observation, s S
 func setStageFlags(live *apiextensionsv1.CustomResourceDefinition, cfg Config, stage crd.Stage) error {
 	err := crd.SetStageFlags(live, cfg.pair(), stage)
 	if errors.Is(err, crd.ErrNoTemplate) {
-		return &Refusal{Message: err.Error(), Next: fmt.Sprintf("add %s (served: false, storage: false) with its schema to the CRD, then retry", cfg.New)}
+		return &Refusal{Message: err.Error(), Next: "add the missing version (served: false, storage: false) with its schema to the CRD, then retry"}
 	}
 	return err
 }

@@ -25,8 +25,9 @@ type Config struct {
 	// Old is the version being retired (the installed base), New the one replacing it.
 	Old, New string
 	// VersionTemplate returns the definition (schema, subresources, columns) of a version the
-	// live CRD lacks, for add-version; nil when the engine cannot add versions (then the
-	// user adds the schema and the engine only flips flags).
+	// live CRD lacks, New for add-version and Old for the way back from remove; nil when the
+	// engine cannot add versions (then the user adds the schema and the engine only flips
+	// flags).
 	VersionTemplate func(name string) *apiextensionsv1.CustomResourceDefinitionVersion
 	// DeprecationWarning is set on Old from add-version on; empty: the apiserver's default.
 	DeprecationWarning string

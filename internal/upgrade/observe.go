@@ -164,6 +164,10 @@ func deriveStage(o *Observation) (crd.Stage, bool, string) {
 			return crd.StageUnserve, false, ""
 		}
 		return "", false, fmt.Sprintf("%s is not served but storedVersions is %v: objects may still be stored as %s; serve it again (stage flip-storage or migrate: widgetctl upgrade plan --to migrate shows the repair) and migrate", old.Name, stored, old.Name)
+	case !old.Present && nw.Served && nw.Storage:
+		if onlyNew {
+			return crd.StageRemove, false, ""
+		}
 	}
 	return "", false, fmt.Sprintf("flags %s(served=%v storage=%v present=%v) %s(served=%v storage=%v present=%v) with storedVersions %v match no stage",
 		old.Name, old.Served, old.Storage, old.Present, nw.Name, nw.Served, nw.Storage, nw.Present, stored)

@@ -40,6 +40,12 @@ func TestObserveDerivesTheStageTable(t *testing.T) {
 		{"flip-storage", widgetAt(t, crd.StageFlipStorage, "v1alpha1", "v1"), crd.StageFlipStorage, false, ""},
 		{"migrate done", widgetAt(t, crd.StageMigrate, "v1"), crd.StageMigrate, false, ""},
 		{"unserve", widgetAt(t, crd.StageUnserve, "v1"), crd.StageUnserve, false, ""},
+		{"remove", widgetAt(t, crd.StageRemove, "v1"), crd.StageRemove, false, ""},
+		{"v1 unserved at remove", func() *apiextensionsv1.CustomResourceDefinition {
+			c := widgetAt(t, crd.StageRemove, "v1")
+			c.Spec.Versions[0].Served = false
+			return c
+		}(), "", false, "match no stage"},
 		{"unserved while still stored", widgetAt(t, crd.StageUnserve, "v1alpha1", "v1"), "", false, "not served but storedVersions"},
 		{"initial with v1 stored", widgetAt(t, crd.StageInitial, "v1alpha1", "v1"), "", false, "only v1alpha1 is defined"},
 		{"unknown stored version", widgetAt(t, crd.StageMigrate, "v1", "v2"), "", false, "holds v2"},
@@ -88,6 +94,20 @@ func TestPlanOneStageAtATime(t *testing.T) {
 	}
 	if _, err := Plan(initial, cfg, crd.StageMigrate); !IsRefusal(err) {
 		t.Errorf("initial -> migrate changes the flags twice: %v", err)
+	}
+	if steps, err := Plan(unserve, cfg, crd.StageRemove); err != nil || len(steps) != 1 || steps[0].Rollback ||
+		!slices.Equal(steps[0].Checks, []Check{CheckEstablished, CheckOnlyNewStored, CheckOwnerReferences, CheckOldManagedFields}) {
+		t.Errorf("unserve -> remove: %+v %v", steps, err)
+	}
+	removed := ObserveCRD(widgetAt(t, crd.StageRemove, "v1"), cfg)
+	if steps, err := Plan(removed, cfg, crd.StageUnserve); err != nil || len(steps) != 1 || !steps[0].Rollback {
+		t.Errorf("rollback remove -> unserve: %+v %v", steps, err)
+	}
+	if _, err := Plan(removed, cfg, crd.StageMigrate); !IsRefusal(err) || !strings.Contains(err.Error(), "next safe step: unserve (runbooks/upgrade/unserve.md)") {
+		t.Errorf("remove -> migrate skips unserve: %v", err)
+	}
+	if _, err := Plan(migrated, cfg, crd.StageRemove); !IsRefusal(err) || !strings.Contains(err.Error(), "next safe step: unserve") {
+		t.Errorf("migrate -> remove skips unserve: %v", err)
 	}
 	missing := &Observation{CRD: cfg.CRD}
 	if steps, err := Plan(missing, cfg, crd.StageMigrate); err != nil || len(steps) != 1 {

@@ -44,6 +44,7 @@ const (
 	CheckOnlyNewStored    Check = "stored-versions-only-new"
 	CheckOwnerReferences  Check = "no-owner-reference-to-old"
 	CheckNothingNewStored Check = "nothing-stored-as-new"
+	CheckOldManagedFields Check = "no-managed-fields-of-old"
 )
 
 // Step moves one stage forward or back, stays at a stage (a new build), or repairs an
@@ -73,7 +74,7 @@ func stageIndex(s crd.Stage) int { return slices.Index(crd.Stages, s) }
 // consistent, else a refusal naming the stages that would.
 func Plan(o *Observation, cfg Config, target crd.Stage) ([]Step, error) {
 	if _, err := crd.ParseStage(string(target)); err != nil {
-		return nil, &Refusal{Message: err.Error(), Next: "stay at " + o.StageLabel() + " and name one of the five stages (" + cfg.RunbookDir + "/README.md)"}
+		return nil, &Refusal{Message: err.Error(), Next: "stay at " + o.StageLabel() + " and name one of the stages " + crd.StageNames() + " (" + cfg.RunbookDir + "/README.md)"}
 	}
 	if !o.Exists {
 		return []Step{{To: target, Change: fmt.Sprintf("install the CRD at stage %s: nothing is stored yet, any stage may be installed", target), Checks: []Check{}}}, nil
@@ -202,6 +203,12 @@ func step(cfg Config, from, to crd.Stage) Step {
 	case from == crd.StageMigrate && to == crd.StageUnserve:
 		s.Change = fmt.Sprintf("stop serving %s", cfg.Old)
 		s.Checks = append(base, CheckOnlyNewStored, CheckOwnerReferences)
+	case from == crd.StageUnserve && to == crd.StageRemove:
+		s.Change = fmt.Sprintf("remove %s from spec.versions (a rollback defines it again, not served)", cfg.Old)
+		s.Checks = append(base, CheckOnlyNewStored, CheckOwnerReferences, CheckOldManagedFields)
+	case from == crd.StageRemove && to == crd.StageUnserve:
+		s.Change = fmt.Sprintf("define %s again, not served", cfg.Old)
+		s.Checks = base
 	case from == crd.StageUnserve && to == crd.StageMigrate:
 		s.Change = fmt.Sprintf("serve %s again (deprecated)", cfg.Old)
 		s.Checks = append(base, CheckWebhookProbe)

@@ -9,6 +9,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/metadata"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -74,6 +75,9 @@ func nextSafeStep(cfg Config, o *Observation, s Step, check Check) string {
 		return fmt.Sprintf("do not roll this build out: its conversion loses data; keep the running build (helm upgrade --set image.tag=<a good build>, the same stage) (%s)", cfg.Runbook(s.To))
 	case CheckOwnerReferences:
 		return fmt.Sprintf("let the operator rewrite its children's owner references (it does after the storage flip; is it running?), then retry (%s)", cfg.Runbook(crd.StageUnserve))
+	case CheckOldManagedFields:
+		return fmt.Sprintf("drop them: widgetctl migrate --crd %s --drop-managed-fields-of %s (the chart's post-upgrade hook at unserve does), then retry (%s)",
+			cfg.CRD, cfg.Old, cfg.Runbook(crd.StageRemove))
 	}
 	return fmt.Sprintf("stay at %s and fix the %s check (%s)", stageName(o.Stage), check, cfg.Runbook(s.To))
 }
@@ -106,6 +110,8 @@ func runCheck(ctx context.Context, cl Clients, cfg Config, o *Observation, s Ste
 		return nil
 	case CheckOwnerReferences:
 		return ownerReferencesToOld(ctx, cl.Metadata, cfg, o.live)
+	case CheckOldManagedFields:
+		return managedFieldsOfOld(ctx, cl.Metadata, cfg, o.live)
 	}
 	return fmt.Errorf("unknown check %s", check)
 }
@@ -184,6 +190,34 @@ func ownerReferencesToOld(ctx context.Context, md metadata.Interface, cfg Config
 		shown := found[:min(5, len(found))]
 		return fmt.Errorf("%d object(s) have owner references to %s %s, which the garbage collector cannot resolve once %s is not served: %s",
 			len(found), oldAPIVersion, live.Spec.Names.Kind, cfg.Old, strings.Join(shown, ", "))
+	}
+	return nil
+}
+
+// managedFieldsOfOld lists every object of the CRD (metadata only, through the storage
+// version) for managedFields entries recorded through Old. Server-side apply converts every
+// entry through its version; once Old is gone from spec.versions, an apply to an object that
+// keeps such an entry fails (kubernetes#111937).
+func managedFieldsOfOld(ctx context.Context, md metadata.Interface, cfg Config, live *apiextensionsv1.CustomResourceDefinition) error {
+	oldAPIVersion := live.Spec.Group + "/" + cfg.Old
+	gvr := schema.GroupVersionResource{Group: live.Spec.Group, Version: cfg.New, Resource: live.Spec.Names.Plural}
+	var found []string
+	err := metalist.Each(ctx, md.Resource(gvr), func(item *metav1.PartialObjectMetadata) error {
+		for _, e := range item.ManagedFields {
+			if e.APIVersion == oldAPIVersion {
+				found = append(found, fmt.Sprintf("%s/%s (manager %s)", item.Namespace, item.Name, e.Manager))
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("list %s to check their managedFields: %w", gvr.Resource, err)
+	}
+	if len(found) > 0 {
+		shown := found[:min(5, len(found))]
+		return fmt.Errorf("%d object(s) keep managedFields entries recorded through %s; once %s is removed, server-side apply to them fails: %s",
+			len(found), oldAPIVersion, cfg.Old, strings.Join(shown, ", "))
 	}
 	return nil
 }

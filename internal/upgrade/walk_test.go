@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/metadata"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -91,9 +92,9 @@ func (r *rig) step(target crd.Stage) error {
 // storage version.
 func (r *rig) settle(stage crd.Stage) {
 	r.t.Helper()
-	storage := "v1alpha1"
-	if stage == crd.StageFlipStorage || stage == crd.StageMigrate || stage == crd.StageUnserve {
-		storage = "v1"
+	storage := "v1"
+	if stage == crd.StageInitial || stage == crd.StageAddVersion {
+		storage = "v1alpha1"
 	}
 	if stage == crd.StageFlipStorage || stage == crd.StageAddVersion { // the steps that move the storage version
 		widgetenv.WaitForStorageVersion(r.t, r.env, storage, ns)
@@ -149,17 +150,39 @@ func (r *rig) verify(stage crd.Stage) {
 	}
 }
 
-// TestFullWalkAndRollback: initial -> add-version -> flip-storage -> migrate -> unserve and
-// every one-step rollback back to initial (the last after a reverse migration), writing every
-// Widget at every stage through every served version and reading each back through every
-// served version after every step.
+// TestFullWalkAndRollback: initial -> add-version -> flip-storage -> migrate -> unserve ->
+// remove and every one-step rollback back to initial (the last after a reverse migration),
+// writing every Widget at every stage through every served version and reading each back
+// through every served version after every step. remove is refused while objects keep
+// managedFields entries of v1alpha1, until they are dropped as the chart's hook does at
+// unserve; after it, a manager that last applied through v1alpha1 applies through v1.
 func TestFullWalkAndRollback(t *testing.T) {
 	r := newRig(t)
+	ctx := context.Background()
 	round := 0
 	r.write(crd.StageInitial, round)
 	r.verify(crd.StageInitial)
-	forward := []crd.Stage{crd.StageAddVersion, crd.StageFlipStorage, crd.StageMigrate, crd.StageUnserve}
+	applied := r.apply("v1alpha1", "registry.example.com/applied:v1alpha1")
+	forward := []crd.Stage{crd.StageAddVersion, crd.StageFlipStorage, crd.StageMigrate, crd.StageUnserve, crd.StageRemove}
 	for _, target := range forward {
+		if target == crd.StageRemove {
+			before := r.observe()
+			err := r.step(target)
+			if !upgrade.IsRefusal(err) || !strings.Contains(err.Error(), "no-managed-fields-of-old") ||
+				!strings.Contains(err.Error(), "widgetctl migrate --crd widgets.widgetry.io --drop-managed-fields-of v1alpha1") {
+				t.Fatalf("-> remove with managedFields entries of v1alpha1 left: %v, want a refusal naming the command that drops them", err)
+			}
+			if after := r.observe(); after.ResourceVersion != before.ResourceVersion {
+				t.Fatal("the refused step changed the CRD")
+			}
+			m, err := migrate.New(r.env.Config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if counts, err := m.DropManagedFields(ctx, crd.WidgetName, "v1alpha1"); err != nil || counts.Migrated == 0 {
+				t.Fatalf("drop the managedFields entries of v1alpha1: %+v %v", counts, err)
+			}
+		}
 		if err := r.step(target); err != nil {
 			t.Fatalf("-> %s: %v", target, err)
 		}
@@ -181,7 +204,12 @@ func TestFullWalkAndRollback(t *testing.T) {
 			t.Fatalf("observed stage %s after stepping to %s", got, target)
 		}
 	}
-	for _, target := range []crd.Stage{crd.StageMigrate, crd.StageFlipStorage, crd.StageAddVersion} {
+	if o := r.observe(); len(o.StoredVersions) != 1 || o.Old.Present {
+		t.Fatalf("at remove: v1alpha1 still defined (%+v) or storedVersions %v", o.Old, o.StoredVersions)
+	}
+	// A manager that last applied through v1alpha1 applies through v1 once v1alpha1 is gone.
+	r.apply("v1", applied+"-v1")
+	for _, target := range []crd.Stage{crd.StageUnserve, crd.StageMigrate, crd.StageFlipStorage, crd.StageAddVersion} {
 		if err := r.step(target); err != nil {
 			t.Fatalf("rollback -> %s: %v", target, err)
 		}
@@ -207,6 +235,27 @@ func TestFullWalkAndRollback(t *testing.T) {
 	round++
 	r.write(crd.StageInitial, round)
 	r.verify(crd.StageInitial)
+}
+
+// apply server-side applies the Widget widget-system/applied (outside the fleet's namespace)
+// through version with image, as field manager old-applier, and returns the image.
+func (r *rig) apply(version, image string) string {
+	r.t.Helper()
+	spec := map[string]any{"image": image}
+	if version == "v1alpha1" {
+		spec["replicas"] = int64(1)
+	} else {
+		spec["size"] = int64(1)
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "widgetry.io/" + version, "kind": "Widget",
+		"metadata": map[string]any{"name": "applied", "namespace": "widget-system"},
+		"spec":     spec,
+	}}
+	if err := r.env.Client.Patch(context.Background(), u, client.Apply, client.FieldOwner("old-applier"), client.ForceOwnership); err != nil { //nolint:staticcheck // SA1019: the unstructured apply is what an old client sends
+		r.t.Fatalf("server-side apply through %s as old-applier: %v", version, err)
+	}
+	return image
 }
 
 // TestRefusals: each refused step leaves the CRD untouched and names the next safe step.

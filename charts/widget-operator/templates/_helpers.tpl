@@ -100,16 +100,16 @@ helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 
 {{/* The stage, validated (values.schema.json has the same enum). */}}
 {{- define "widget-operator.stage" -}}
-{{- $stages := list "initial" "add-version" "flip-storage" "migrate" "unserve" }}
+{{- $stages := list "initial" "add-version" "flip-storage" "migrate" "unserve" "remove" }}
 {{- if not (has .Values.apiUpgrade.stage $stages) }}
 {{- fail (printf "apiUpgrade.stage %q is not a stage; the stages are %s" .Values.apiUpgrade.stage (join ", " $stages)) }}
 {{- end }}
 {{- .Values.apiUpgrade.stage }}
 {{- end }}
 
-{{/* The next stage forward, or "" at unserve. */}}
+{{/* The next stage forward, or "" at remove. */}}
 {{- define "widget-operator.nextStage" -}}
-{{- $next := dict "initial" "add-version" "add-version" "flip-storage" "flip-storage" "migrate" "migrate" "unserve" "unserve" "" }}
+{{- $next := dict "initial" "add-version" "add-version" "flip-storage" "flip-storage" "migrate" "migrate" "unserve" "unserve" "remove" "remove" "" }}
 {{- get $next (include "widget-operator.stage" .) }}
 {{- end }}
 
