@@ -111,9 +111,24 @@ kubectl -n "$ns" logs job/"$release"-preflight --tail=3 2>/dev/null | sed 's/^/ 
 echo "$out" | tail -1 | sed 's/^/     /'
 status | sed 's/^/   /'
 
+# unserve and remove are refused while v1alpha1 requests were served within this window; the
+# demo itself reads and writes through v1alpha1 up to migrate, so it waits one window out.
+window=20s
 for stage in add-version flip-storage migrate unserve remove; do
 	step "7. helm upgrade --set apiUpgrade.stage=$stage"
-	helm upgrade "$release" "$chart" -n "$ns" --reuse-values --set apiUpgrade.stage="$stage" --wait --timeout 5m >/dev/null
+	if [[ $stage == unserve ]]; then
+		say "refused while v1alpha1 is still in use (this demo used it a moment ago):"
+		if out=$(helm upgrade "$release" "$chart" -n "$ns" --reuse-values --set apiUpgrade.stage=unserve \
+			--set apiUpgrade.oldVersionTraffic.window=$window --wait --timeout 5m 2>&1); then
+			echo "helm upgrade to unserve was not refused" >&2
+			exit 1
+		fi
+		echo "$out" | grep -o 'v1alpha1 is still in use[^;]*' | head -1 | sed 's/^/     /'
+		say "waiting out a $window window without v1alpha1 requests, then again:"
+		sleep 22
+	fi
+	helm upgrade "$release" "$chart" -n "$ns" --reuse-values --set apiUpgrade.stage="$stage" \
+		--set apiUpgrade.oldVersionTraffic.window=$window --wait --timeout 5m >/dev/null
 	status | sed 's/^/   /'
 	widgetctl verify --crd widgets.widgetry.io | sed 's/^/   /'
 	if [[ $stage == add-version ]]; then

@@ -35,29 +35,45 @@ type migrateFlags struct {
 	dropManagedFieldsOf                 string
 }
 
-// storageWaitFlags tune the wait for every kube-apiserver to write the storage version, which
-// migrate and upgrade apply (at migrate) run before rewriting anything.
-type storageWaitFlags struct {
-	timeout    time.Duration
-	skip       bool
+// apiserverFlags name the kube-apiserver instances asked directly: by the storage-version
+// wait before a migration, and by the traffic check of unserve and remove.
+type apiserverFlags struct {
 	instances  []string
 	serverName string
 }
 
-func (f *storageWaitFlags) bind(fl *pflag.FlagSet) {
-	fl.DurationVar(&f.timeout, "storage-version-wait-timeout", storageversion.DefaultTimeout, "how long to wait for every kube-apiserver to write the CRD in its storage version before migrating")
-	fl.BoolVar(&f.skip, "skip-storage-version-wait", false, "migrate without checking that every kube-apiserver writes the storage version (only when you know they all do)")
+func (f *apiserverFlags) bind(fl *pflag.FlagSet) {
 	fl.StringSliceVar(&f.instances, "apiserver-instances", nil, "host:port of every kube-apiserver instance, each reachable directly (not through a load balancer), instead of the endpoints of Service default/kubernetes")
 	fl.StringVar(&f.serverName, "apiserver-server-name", "", "name the instances' serving certificates are verified for (default: the kubeconfig's tls-server-name, else its server's host; e.g. kubernetes.default.svc)")
 }
 
-func (f *storageWaitFlags) validate() error {
+func (f *apiserverFlags) validate() error {
 	for _, a := range f.instances {
 		if !isHostPort(a) {
 			return refused(fmt.Errorf("--apiserver-instances %q: want host:port, e.g. 10.0.0.11:6443", a))
 		}
 	}
 	return nil
+}
+
+// storageWaitFlags tune the wait for every kube-apiserver to write the storage version, which
+// migrate and upgrade apply (at migrate) run before rewriting anything.
+type storageWaitFlags struct {
+	apiserverFlags
+	timeout time.Duration
+	skip    bool
+}
+
+// bind binds the wait's own flags; the apiserver flags are bound by the command (bindAll).
+func (f *storageWaitFlags) bind(fl *pflag.FlagSet) {
+	fl.DurationVar(&f.timeout, "storage-version-wait-timeout", storageversion.DefaultTimeout, "how long to wait for every kube-apiserver to write the CRD in its storage version before migrating")
+	fl.BoolVar(&f.skip, "skip-storage-version-wait", false, "migrate without checking that every kube-apiserver writes the storage version (only when you know they all do)")
+}
+
+// bindAll binds the wait's flags and the apiserver flags.
+func (f *storageWaitFlags) bindAll(fl *pflag.FlagSet) {
+	f.bind(fl)
+	f.apiserverFlags.bind(fl)
 }
 
 // NewMigrateCommand builds `widgetctl migrate`.
@@ -114,7 +130,7 @@ that keep one once VERSION is removed from the CRD.`,
 	fl.DurationVar(&f.inTreeProbeTimeout, "in-tree-probe-timeout", migrate.DefaultInTreeProbeTimeout, "how long to wait for kube-controller-manager to pick up an in-tree migration (then auto falls back to client, in-tree fails)")
 	fl.DurationVar(&f.inTreeTimeout, "in-tree-timeout", 0, "in-tree: give up waiting after this long (0: no limit); the migration keeps running in the cluster")
 	fl.StringVar(&f.dropManagedFieldsOf, "drop-managed-fields-of", "", "after the migration, drop every object's managedFields entries recorded through this version, which must no longer be served (before removing it from the CRD)")
-	f.storageWait.bind(fl)
+	f.storageWait.bindAll(fl)
 	return cmd
 }
 

@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/widgetry/widget-operator/internal/apiservers"
+	"github.com/widgetry/widget-operator/internal/apitraffic"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/upgrade"
@@ -39,6 +44,44 @@ type upgradeFlags struct {
 	crd, old, new string
 	to            string
 	webhookURL    string
+	traffic       trafficFlags
+}
+
+// trafficFlags tune the count of requests through the old version (the preflight of unserve
+// and remove, and status).
+type trafficFlags struct {
+	apiservers  apiserverFlags
+	namespace   string
+	window      time.Duration
+	allowReason string
+}
+
+func (f *trafficFlags) bind(fl *pflag.FlagSet) {
+	f.apiservers.bind(fl)
+	fl.StringVar(&f.namespace, "traffic-namespace", "", "namespace of the ConfigMap the request counts are kept in between checks (default: the context's namespace; the release namespace in a cluster)")
+	fl.DurationVar(&f.window, "old-version-traffic-window", upgrade.DefaultTrafficWindow, "unserve and remove are refused while the old version served requests within this window (and since the storage flip, for unserve)")
+	fl.StringVar(&f.allowReason, "allow-old-version-traffic", "", "let unserve or remove through despite requests to the old version; the reason is recorded in an event on the CRD")
+}
+
+// check builds the engine's traffic check with c's credentials.
+func (f *trafficFlags) check(g *GlobalOptions, rc *rest.Config, c client.Client, crdName string) (*upgrade.TrafficCheck, error) {
+	if err := f.apiservers.validate(); err != nil {
+		return nil, err
+	}
+	hc, err := apiservers.HTTPClient(rc, f.apiservers.serverName, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	instances := func(ctx context.Context) ([]string, error) {
+		if len(f.apiservers.instances) > 0 {
+			return f.apiservers.instances, nil
+		}
+		return apiservers.Instances(ctx, c)
+	}
+	return &upgrade.TrafficCheck{
+		Ledger: apitraffic.Ledger{Client: c, Namespace: orDefault(f.namespace, g.Namespace()), Name: apitraffic.LedgerName(crdName)},
+		HTTP:   hc, Instances: instances, Window: f.window, AllowReason: f.allowReason,
+	}, nil
 }
 
 func (f *upgradeFlags) bind(cmd *cobra.Command, withTarget bool) {
@@ -47,6 +90,7 @@ func (f *upgradeFlags) bind(cmd *cobra.Command, withTarget bool) {
 	fl.StringVar(&f.old, "old-version", "v1alpha1", "the version being retired")
 	fl.StringVar(&f.new, "new-version", "v1", "the version replacing it")
 	fl.StringVar(&f.webhookURL, "webhook-url", "", "reach the conversion webhook here instead of its Service (e.g. through kubectl port-forward); its certificate is still verified against the CRD's caBundle")
+	f.traffic.bind(fl)
 	if withTarget {
 		fl.StringVar(&f.to, "to", "", "target stage: "+crd.StageNames()+" (required)")
 	}
@@ -64,8 +108,9 @@ func (f *upgradeFlags) config() upgrade.Config {
 
 // engine bundles what the upgrade commands need.
 type engine struct {
-	cfg     upgrade.Config
-	clients upgrade.Clients
+	cfg        upgrade.Config
+	clients    upgrade.Clients
+	apiservers apiserverFlags
 }
 
 func newEngine(g *GlobalOptions, f *upgradeFlags) (*engine, error) {
@@ -81,8 +126,13 @@ func newEngine(g *GlobalOptions, f *upgradeFlags) (*engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &engine{cfg: f.config(), clients: upgrade.Clients{Client: c, Metadata: md, DryRunNamespace: g.Namespace(),
-		Probe: upgrade.ProbeOptions{URL: f.webhookURL}}}, nil
+	cfg := f.config()
+	traffic, err := f.traffic.check(g, rc, c, cfg.CRD)
+	if err != nil {
+		return nil, err
+	}
+	return &engine{cfg: cfg, apiservers: f.traffic.apiservers, clients: upgrade.Clients{Client: c, Metadata: md, DryRunNamespace: g.Namespace(),
+		Probe: upgrade.ProbeOptions{URL: f.webhookURL}, Traffic: traffic}}, nil
 }
 
 func (e *engine) observe(ctx context.Context) (*upgrade.Observation, error) {

@@ -27,9 +27,7 @@ helm upgrade to run instead.`,
 				return &upgrade.Refusal{Message: fmt.Sprintf("CRD %s is managed by Helm (release %q): changing it here would fight Helm over spec.versions", o.CRD, release),
 					Next: fmt.Sprintf("helm upgrade %s <chart> --reuse-values --set apiUpgrade.stage=%s", orDefault(release, "widget-operator"), r.To)}
 			}
-			if err := wait.validate(); err != nil {
-				return err
-			}
+			wait.apiserverFlags = e.apiservers
 			var err error
 			if r.Checks, err = upgrade.Preflight(cmd.Context(), e.clients, e.cfg, o, r.Steps); err != nil {
 				return err

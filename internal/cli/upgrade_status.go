@@ -27,7 +27,10 @@ type statusReport struct {
 	StageLabel    string `json:"stageLabel"`
 	WebhookHealth string `json:"webhookHealth"`
 	Objects       *int   `json:"objects,omitempty"`
-	Next          string `json:"next,omitempty"`
+	// OldVersionTraffic is what the kube-apiservers served through the old version within
+	// the window the next stage's check uses.
+	OldVersionTraffic string `json:"oldVersionTraffic,omitempty"`
+	Next              string `json:"next,omitempty"`
 }
 
 // newUpgradeStatusCommand builds `widgetctl upgrade status`.
@@ -61,6 +64,13 @@ func newUpgradeStatusCommand(g *GlobalOptions) *cobra.Command {
 				if n, err := countObjects(ctx, e.clients.Metadata, e.clients.Client, o.CRD); err == nil {
 					r.Objects = &n
 				}
+			}
+			if o.Exists && o.New.Present {
+				traffic, err := upgrade.TrafficReport(ctx, e.clients.Traffic, e.cfg, o)
+				if err != nil {
+					traffic = "not counted: " + err.Error()
+				}
+				r.OldVersionTraffic = traffic
 			}
 			r.Next = nextStep(o)
 			if g.Output == OutputJSON {
@@ -121,6 +131,9 @@ func printStatus(w io.Writer, r statusReport) {
 		fmt.Fprintf(tw, "Webhook health\t%s\n", r.WebhookHealth)
 		if r.Objects != nil {
 			fmt.Fprintf(tw, "Objects\t%d\n", *r.Objects)
+		}
+		if r.OldVersionTraffic != "" {
+			fmt.Fprintf(tw, "Old version traffic\t%s\n", r.OldVersionTraffic)
 		}
 	}
 	fmt.Fprintf(tw, "Next\t%s\n", r.Next)

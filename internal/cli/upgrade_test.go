@@ -139,13 +139,25 @@ func TestUpgradeCommands(t *testing.T) {
 	if !strings.Contains(out, "selftest ok") {
 		t.Errorf("selftest: %s", out)
 	}
-	expect(cli.ExitDone, "upgrade", "apply", "--to", "unserve")
+	// The fleet was written and read through v1alpha1 since the flip: unserve is refused with
+	// the counts, and passes once a window without v1alpha1 requests went by.
+	traffic := []string{"--apiserver-instances=" + u.Host, "--old-version-traffic-window=2s"}
+	_, errOut = expect(cli.ExitRefused, append([]string{"upgrade", "apply", "--to", "unserve"}, traffic...)...)
+	if !strings.Contains(errOut, "no-old-version-traffic") || !strings.Contains(errOut, "v1alpha1 is still in use") || !strings.Contains(errOut, "--allow-old-version-traffic") {
+		t.Errorf("apply --to unserve after v1alpha1 traffic: %s", errOut)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	out, _ = expect(cli.ExitDone, append([]string{"upgrade", "status"}, traffic...)...)
+	if !strings.Contains(out, "Old version traffic") || !strings.Contains(out, "widgets.widgetry.io/v1alpha1 requests since") || !strings.Contains(out, ": none, counted by 1") {
+		t.Errorf("status after a window without v1alpha1 requests:\n%s", out)
+	}
+	expect(cli.ExitDone, append([]string{"upgrade", "apply", "--to", "unserve"}, traffic...)...)
 	if s := stage(); s["stage"] != "unserve" {
 		t.Fatalf("stage %v after apply --to unserve", s["stage"])
 	}
 	// The fleet was written through v1alpha1: remove waits until those managedFields entries
 	// are dropped.
-	_, errOut = expect(cli.ExitRefused, "upgrade", "apply", "--to", "remove")
+	_, errOut = expect(cli.ExitRefused, append([]string{"upgrade", "apply", "--to", "remove"}, traffic...)...)
 	if !strings.Contains(errOut, "no-managed-fields-of-old") || !strings.Contains(errOut, "--drop-managed-fields-of v1alpha1") {
 		t.Errorf("apply --to remove with v1alpha1 managedFields left: %s", errOut)
 	}
@@ -154,7 +166,7 @@ func TestUpgradeCommands(t *testing.T) {
 	if !strings.Contains(out, "dropped the managedFields entries of v1alpha1 from") {
 		t.Errorf("migrate --drop-managed-fields-of: %s", out)
 	}
-	expect(cli.ExitDone, "upgrade", "apply", "--to", "remove")
+	expect(cli.ExitDone, append([]string{"upgrade", "apply", "--to", "remove"}, traffic...)...)
 	if s := stage(); s["stage"] != "remove" {
 		t.Fatalf("stage %v after apply --to remove", s["stage"])
 	}

@@ -127,10 +127,17 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 	revisions := map[crd.Stage]int{}
 	revisions[crd.StageInitial] = 1
 	for _, stage := range crd.Stages[1:] {
+		values := "apiUpgrade.stage=" + string(stage)
+		if stage == crd.StageUnserve {
+			values = w.unserveAfterTraffic(viaUninstall)
+		}
 		start := time.Now()
-		w.mustHelm("upgrade", "widget-operator", chart, "--reuse-values", "--set", "apiUpgrade.stage="+string(stage), "--wait", "--timeout", "5m")
+		w.mustHelm("upgrade", "widget-operator", chart, "--reuse-values", "--set", values, "--wait", "--timeout", "5m")
 		t.Logf("helm upgrade to %s: %s", stage, time.Since(start).Round(time.Second))
 		w.checkStage(stage)
+		if stage == crd.StageUnserve && !viaUninstall {
+			w.checkOverrideRecorded("e2e walk: the fleet uses v1alpha1 on purpose")
+		}
 		if stage == crd.StageMigrate {
 			if sv := w.crd().Status.StoredVersions; !slices.Equal(sv, []string{"v1"}) {
 				t.Errorf("after the migrate hook storedVersions = %v, want [v1]", sv)
@@ -196,6 +203,49 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 	t.Logf("helm test:\n%s", out)
 
 	w.uninstallKeepsWidgets(crd.StageInitial)
+}
+
+// unserveAfterTraffic: the walk's fleet wrote and read through v1alpha1 since the storage
+// flip, so helm upgrade to unserve is refused by the preflight with the counts, changing
+// nothing. It returns the values that let the next try through: with Helm 3 an override with a
+// reason (shown in the release's NOTES, recorded as an event on the CRD), with Helm 4 a short
+// window that passes once waited out.
+func (w *e2e) unserveAfterTraffic(byWindow bool) string {
+	w.t.Helper()
+	const window = "15s"
+	before := w.crd()
+	out, err := w.runHelm("upgrade", "widget-operator", w.chart, "--reuse-values", "--set", "apiUpgrade.stage=unserve,apiUpgrade.oldVersionTraffic.window="+window, "--wait", "--timeout", "5m")
+	if err == nil {
+		w.t.Fatalf("helm upgrade to unserve after v1alpha1 traffic succeeded:\n%s", out)
+	}
+	for _, want := range []string{"no-old-version-traffic", "v1alpha1 is still in use", "PUT ", "apiUpgrade.oldVersionTraffic.allowReason"} {
+		if !strings.Contains(out, want) {
+			w.t.Errorf("the refused upgrade to unserve does not say %q:\n%s", want, out)
+		}
+	}
+	if after := w.crd(); after.ResourceVersion != before.ResourceVersion {
+		w.t.Error("the refused upgrade changed the CRD")
+	}
+	if byWindow {
+		d, _ := time.ParseDuration(window)
+		time.Sleep(d + 2*time.Second)
+		return "apiUpgrade.stage=unserve,apiUpgrade.oldVersionTraffic.window=" + window
+	}
+	return "apiUpgrade.stage=unserve,apiUpgrade.oldVersionTraffic.allowReason=e2e walk: the fleet uses v1alpha1 on purpose"
+}
+
+// checkOverrideRecorded: the release's NOTES and an event on the CRD say the traffic check was
+// overridden, with the reason.
+func (w *e2e) checkOverrideRecorded(reason string) {
+	w.t.Helper()
+	notes := w.mustHelm("get", "notes", "widget-operator")
+	if !strings.Contains(notes, "OVERRIDDEN") || !strings.Contains(notes, reason) {
+		w.t.Errorf("the release's NOTES do not record the override:\n%s", notes)
+	}
+	events := w.c.Kubectl(w.t, "get", "events", "-n", "default", "--field-selector", "reason=OldVersionTrafficOverridden", "-o", "jsonpath={.items[*].message}")
+	if !strings.Contains(events, reason) || !strings.Contains(events, "PUT ") {
+		w.t.Errorf("no OldVersionTrafficOverridden event on the CRD with the reason and the counts: %q", events)
+	}
 }
 
 // serverSideApply applies the Widget applied in namespace through version as field manager

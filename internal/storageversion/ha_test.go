@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/widgetry/widget-operator/api/v1alpha1"
+	"github.com/widgetry/widget-operator/internal/apiservers"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/storageversion"
 	"github.com/widgetry/widget-operator/internal/testenv"
@@ -55,7 +56,7 @@ func TestWaitTwoAPIServers(t *testing.T) {
 	var listed []string
 	var listErr error
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		listed, listErr = storageversion.Instances(ctx, env.Client)
+		listed, listErr = apiservers.Instances(ctx, env.Client)
 		return listErr == nil && slices.Equal(listed, []string{addrA, addrB}), nil
 	}); err != nil {
 		t.Fatalf("the endpoints list %q (%v), want %q", listed, listErr, []string{addrA, addrB})

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/widgetry/widget-operator/internal/apiservers"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -140,7 +141,7 @@ func (e *LagError) Error() string {
 		fmt.Fprintf(&b, "; %d switched", n)
 	}
 	if e.Result.FromEndpoints {
-		fmt.Fprintf(&b, "; the addresses are those the instances registered in the endpoints of Service %s/%s", serviceNamespace, serviceName)
+		fmt.Fprintf(&b, "; the addresses are those the instances registered in the endpoints of Service %s", apiservers.Service)
 	}
 	return b.String()
 }
@@ -161,12 +162,12 @@ func Wait(ctx context.Context, c client.Reader, cfg *rest.Config, crdName string
 		w.add(opts.Instances)
 	} else {
 		w.res.FromEndpoints = true
-		addrs, err := Instances(ctx, c)
+		addrs, err := apiservers.Instances(ctx, c)
 		if err != nil {
 			return nil, err
 		}
 		if len(addrs) == 0 {
-			return nil, fmt.Errorf("the Service %s/%s lists no kube-apiserver: the apiservers run with --endpoint-reconciler-type=none, or none is up; name the instances explicitly", serviceNamespace, serviceName)
+			return nil, fmt.Errorf("the Service %s lists no kube-apiserver: the apiservers run with --endpoint-reconciler-type=none, or none is up; name the instances explicitly", apiservers.Service)
 		}
 		w.add(addrs)
 	}
@@ -247,31 +248,10 @@ func newWaiter(ctx context.Context, c client.Reader, cfg *rest.Config, crdName s
 	w.path = "/apis/" + group + "/" + served
 
 	var err error
-	if w.http, err = instanceClient(cfg, opts); err != nil {
+	if w.http, err = apiservers.HTTPClient(cfg, opts.ServerName, opts.RequestTimeout); err != nil {
 		return nil, err
 	}
 	return w, nil
-}
-
-// instanceClient connects with cfg's credentials to any instance, verifying its certificate
-// against cfg's CA for one server name: each request names the instance's own address.
-func instanceClient(cfg *rest.Config, opts Options) (*http.Client, error) {
-	c := rest.CopyConfig(cfg)
-	if opts.ServerName != "" {
-		c.ServerName = opts.ServerName
-	} else if c.ServerName == "" {
-		u, _, err := rest.DefaultServerUrlFor(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("read the server URL of the client configuration: %w", err)
-		}
-		c.ServerName = u.Hostname()
-	}
-	c.Timeout = opts.RequestTimeout
-	hc, err := rest.HTTPClientFor(c)
-	if err != nil {
-		return nil, fmt.Errorf("build the client for the kube-apiserver instances: %w", err)
-	}
-	return hc, nil
 }
 
 func (w *waiter) add(addrs []string) {
@@ -287,7 +267,7 @@ func (w *waiter) add(addrs []string) {
 // one request timeout per poll, not one per instance.
 func (w *waiter) poll(ctx context.Context) (bool, error) {
 	if w.res.FromEndpoints {
-		if addrs, err := Instances(ctx, w.c); err == nil { // on error, the instances known so far
+		if addrs, err := apiservers.Instances(ctx, w.c); err == nil { // on error, the instances known so far
 			w.add(addrs)
 		}
 	}

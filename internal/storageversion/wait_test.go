@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/endpoints/discovery"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -100,7 +101,7 @@ func TestWait(t *testing.T) {
 		pn, _ := strconv.ParseInt(p, 10, 32)
 		slice := &discoveryv1.EndpointSlice{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kubernetes", Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes"}},
-			Ports:      []discoveryv1.EndpointPort{port("https", int32(pn))}, Endpoints: []discoveryv1.Endpoint{endpoint(true, host)},
+			Ports:      []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(pn))}}, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{host}}},
 		}
 		res, err := Wait(ctx, fakeClient(slice), restConfig(a), "things.example.com", quick)
 		if err != nil {

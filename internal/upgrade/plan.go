@@ -45,6 +45,8 @@ const (
 	CheckOwnerReferences  Check = "no-owner-reference-to-old"
 	CheckNothingNewStored Check = "nothing-stored-as-new"
 	CheckOldManagedFields Check = "no-managed-fields-of-old"
+	CheckRecordTraffic    Check = "record-old-version-traffic"
+	CheckOldTraffic       Check = "no-old-version-traffic"
 )
 
 // Step moves one stage forward or back, stays at a stage (a new build), or repairs an
@@ -195,17 +197,17 @@ func step(cfg Config, from, to crd.Stage) Step {
 		s.Checks = append(base, CheckWebhookProbe)
 	case from == crd.StageAddVersion && to == crd.StageFlipStorage:
 		s.Change = fmt.Sprintf("make %s the storage version (objects written from now on are stored as %s)", cfg.New, cfg.New)
-		s.Checks = append(base, CheckWebhookProbe, CheckDryRunCreate, CheckReadAllVersions)
+		s.Checks = append(base, CheckWebhookProbe, CheckDryRunCreate, CheckReadAllVersions, CheckRecordTraffic)
 	case from == crd.StageFlipStorage && to == crd.StageMigrate:
 		s.Change = "none (the flags stay)"
 		s.Then = fmt.Sprintf("rewrite every stored object as %s, then trim status.storedVersions to [%s] (widgetctl migrate --crd %s)", cfg.New, cfg.New, cfg.CRD)
 		s.Checks = append(base, CheckWebhookProbe)
 	case from == crd.StageMigrate && to == crd.StageUnserve:
 		s.Change = fmt.Sprintf("stop serving %s", cfg.Old)
-		s.Checks = append(base, CheckOnlyNewStored, CheckOwnerReferences)
+		s.Checks = append(base, CheckOnlyNewStored, CheckOwnerReferences, CheckOldTraffic)
 	case from == crd.StageUnserve && to == crd.StageRemove:
 		s.Change = fmt.Sprintf("remove %s from spec.versions (a rollback defines it again, not served)", cfg.Old)
-		s.Checks = append(base, CheckOnlyNewStored, CheckOwnerReferences, CheckOldManagedFields)
+		s.Checks = append(base, CheckOnlyNewStored, CheckOwnerReferences, CheckOldManagedFields, CheckOldTraffic)
 	case from == crd.StageRemove && to == crd.StageUnserve:
 		s.Change = fmt.Sprintf("define %s again, not served", cfg.Old)
 		s.Checks = base

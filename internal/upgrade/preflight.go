@@ -24,6 +24,9 @@ type Clients struct {
 	Probe    ProbeOptions
 	// DryRunNamespace is where the dry-run create is tried ("default").
 	DryRunNamespace string
+	// Traffic counts the requests through Old (the flip records a baseline; unserve and
+	// remove refuse while there is traffic); nil fails those checks.
+	Traffic *TrafficCheck
 }
 
 // CheckResult is the outcome of one check.
@@ -31,6 +34,8 @@ type CheckResult struct {
 	Check Check  `json:"check"`
 	OK    bool   `json:"ok"`
 	Error string `json:"error,omitempty"`
+	// Note is what a passing check found worth telling (the traffic counted).
+	Note string `json:"note,omitempty"`
 }
 
 // Preflight runs the checks of every step and returns their results, and a Refusal naming
@@ -39,8 +44,8 @@ func Preflight(ctx context.Context, cl Clients, cfg Config, o *Observation, step
 	var results []CheckResult
 	for _, s := range steps {
 		for _, check := range s.Checks {
-			err := runCheck(ctx, cl, cfg, o, s, check)
-			r := CheckResult{Check: check, OK: err == nil}
+			note, err := runCheck(ctx, cl, cfg, o, s, check)
+			r := CheckResult{Check: check, OK: err == nil, Note: note}
 			if err != nil {
 				r.Error = err.Error()
 			}
@@ -75,6 +80,9 @@ func nextSafeStep(cfg Config, o *Observation, s Step, check Check) string {
 		return fmt.Sprintf("do not roll this build out: its conversion loses data; keep the running build (helm upgrade --set image.tag=<a good build>, the same stage) (%s)", cfg.Runbook(s.To))
 	case CheckOwnerReferences:
 		return fmt.Sprintf("let the operator rewrite its children's owner references (it does after the storage flip; is it running?), then retry (%s)", cfg.Runbook(crd.StageUnserve))
+	case CheckOldTraffic:
+		return fmt.Sprintf("stay at %s until the clients moved to %s; or, knowing the cost, override with a reason (helm: --set apiUpgrade.oldVersionTraffic.allowReason=<why>; widgetctl: --allow-old-version-traffic=<why>), recorded as an event on the CRD (%s)",
+			stageName(o.Stage), cfg.New, cfg.Runbook(s.To))
 	case CheckOldManagedFields:
 		return fmt.Sprintf("drop them: widgetctl migrate --crd %s --drop-managed-fields-of %s (the chart's post-upgrade hook at unserve does), then retry (%s)",
 			cfg.CRD, cfg.Old, cfg.Runbook(crd.StageRemove))
@@ -82,7 +90,18 @@ func nextSafeStep(cfg Config, o *Observation, s Step, check Check) string {
 	return fmt.Sprintf("stay at %s and fix the %s check (%s)", stageName(o.Stage), check, cfg.Runbook(s.To))
 }
 
-func runCheck(ctx context.Context, cl Clients, cfg Config, o *Observation, s Step, check Check) error {
+func runCheck(ctx context.Context, cl Clients, cfg Config, o *Observation, s Step, check Check) (string, error) {
+	switch check {
+	case CheckRecordTraffic:
+		return recordBaseline(ctx, cl.Traffic, cfg, o.live)
+	case CheckOldTraffic:
+		return oldVersionTraffic(ctx, cl.Client, cl.Traffic, cfg, o.live, s.To)
+	}
+	return "", runPlainCheck(ctx, cl, cfg, o, check)
+}
+
+// runPlainCheck runs a check that only passes or fails.
+func runPlainCheck(ctx context.Context, cl Clients, cfg Config, o *Observation, check Check) error {
 	switch check {
 	case CheckEstablished:
 		if o.Conditions["Established"] != "True" {

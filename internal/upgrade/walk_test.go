@@ -4,7 +4,9 @@ package upgrade_test
 
 import (
 	"context"
+	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/metadata"
@@ -19,6 +22,8 @@ import (
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/api/v1alpha1"
+	"github.com/widgetry/widget-operator/internal/apiservers"
+	"github.com/widgetry/widget-operator/internal/apitraffic"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/migrate"
 	"github.com/widgetry/widget-operator/internal/testenv"
@@ -28,6 +33,9 @@ import (
 )
 
 const ns = "walk"
+
+// trafficWindow is the walk's window of the v1alpha1 traffic check.
+const trafficWindow = 2 * time.Second
 
 // rig is an apiserver with the Widget CRD converting through a webhook the test can take down.
 type rig struct {
@@ -44,7 +52,21 @@ func newRig(t *testing.T) *rig {
 	r := &rig{t: t, cfg: upgrade.WidgetConfig()}
 	r.env, r.hook = widgetenv.StartAtStage(t, crd.StageInitial, testenv.Options{})
 	r.fleet = &widgetenv.Fleet{Client: r.env.Client, Namespace: ns, N: objects(), Workers: 8}
-	r.cl = upgrade.Clients{Client: r.env.Client, Metadata: metadata.NewForConfigOrDie(r.env.Config), DryRunNamespace: ns}
+	hc, err := apiservers.HTTPClient(r.env.Config, "", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One kube-apiserver, asked at the address the test talks to; a short window, so that a
+	// refused check passes on a rerun after it.
+	traffic := &upgrade.TrafficCheck{
+		Ledger: apitraffic.Ledger{Client: r.env.Client, Namespace: "widget-system", Name: apitraffic.LedgerName(crd.WidgetName)},
+		HTTP:   hc, Window: trafficWindow,
+		Instances: func(context.Context) ([]string, error) {
+			u, err := url.Parse(r.env.Config.Host)
+			return []string{u.Host}, err
+		},
+	}
+	r.cl = upgrade.Clients{Client: r.env.Client, Metadata: metadata.NewForConfigOrDie(r.env.Config), DryRunNamespace: ns, Traffic: traffic}
 	for _, n := range []string{ns, "widget-system"} {
 		if err := r.env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
 			t.Fatal(err)
@@ -158,30 +180,18 @@ func (r *rig) verify(stage crd.Stage) {
 // unserve; after it, a manager that last applied through v1alpha1 applies through v1.
 func TestFullWalkAndRollback(t *testing.T) {
 	r := newRig(t)
-	ctx := context.Background()
 	round := 0
 	r.write(crd.StageInitial, round)
 	r.verify(crd.StageInitial)
 	applied := r.apply("v1alpha1", "registry.example.com/applied:v1alpha1")
 	forward := []crd.Stage{crd.StageAddVersion, crd.StageFlipStorage, crd.StageMigrate, crd.StageUnserve, crd.StageRemove}
 	for _, target := range forward {
-		if target == crd.StageRemove {
-			before := r.observe()
-			err := r.step(target)
-			if !upgrade.IsRefusal(err) || !strings.Contains(err.Error(), "no-managed-fields-of-old") ||
-				!strings.Contains(err.Error(), "widgetctl migrate --crd widgets.widgetry.io --drop-managed-fields-of v1alpha1") {
-				t.Fatalf("-> remove with managedFields entries of v1alpha1 left: %v, want a refusal naming the command that drops them", err)
-			}
-			if after := r.observe(); after.ResourceVersion != before.ResourceVersion {
-				t.Fatal("the refused step changed the CRD")
-			}
-			m, err := migrate.New(r.env.Config)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if counts, err := m.DropManagedFields(ctx, crd.WidgetName, "v1alpha1"); err != nil || counts.Migrated == 0 {
-				t.Fatalf("drop the managedFields entries of v1alpha1: %+v %v", counts, err)
-			}
+		switch target {
+		case crd.StageUnserve:
+			r.trafficRefusesThenWindowPasses()
+		case crd.StageRemove:
+			r.managedFieldsRefusedThenDropped()
+			r.overrideRecorded()
 		}
 		if err := r.step(target); err != nil {
 			t.Fatalf("-> %s: %v", target, err)
@@ -235,6 +245,102 @@ func TestFullWalkAndRollback(t *testing.T) {
 	round++
 	r.write(crd.StageInitial, round)
 	r.verify(crd.StageInitial)
+}
+
+// managedFieldsRefusedThenDropped: the fleet wrote through v1alpha1, so remove is refused while
+// those managedFields entries are left, naming the command that drops them; then they are
+// dropped, as the chart's hook does at unserve.
+func (r *rig) managedFieldsRefusedThenDropped() {
+	r.t.Helper()
+	before := r.observe()
+	err := r.step(crd.StageRemove)
+	if !upgrade.IsRefusal(err) || !strings.Contains(err.Error(), "no-managed-fields-of-old") ||
+		!strings.Contains(err.Error(), "widgetctl migrate --crd widgets.widgetry.io --drop-managed-fields-of v1alpha1") {
+		r.t.Fatalf("-> remove with managedFields entries of v1alpha1 left: %v, want a refusal naming the command that drops them", err)
+	}
+	if after := r.observe(); after.ResourceVersion != before.ResourceVersion {
+		r.t.Fatal("the refused step changed the CRD")
+	}
+	m, err := migrate.New(r.env.Config)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if counts, err := m.DropManagedFields(context.Background(), crd.WidgetName, "v1alpha1"); err != nil || counts.Migrated == 0 {
+		r.t.Fatalf("drop the managedFields entries of v1alpha1: %+v %v", counts, err)
+	}
+}
+
+// trafficRefusesThenWindowPasses: the fleet wrote and read through v1alpha1 since the storage
+// flip, so unserve is refused, naming the counts by verb; rerun after the window with no
+// v1alpha1 request in between, it passes (the step itself follows).
+func (r *rig) trafficRefusesThenWindowPasses() {
+	r.t.Helper()
+	before := r.observe()
+	err := r.step(crd.StageUnserve)
+	if !upgrade.IsRefusal(err) || !strings.Contains(err.Error(), "no-old-version-traffic") || !strings.Contains(err.Error(), "v1alpha1 is still in use") ||
+		!strings.Contains(err.Error(), "PUT ") || !strings.Contains(err.Error(), "LIST ") {
+		r.t.Fatalf("unserve after v1alpha1 writes and reads: %v, want a refusal with the counts by verb", err)
+	}
+	if after := r.observe(); after.ResourceVersion != before.ResourceVersion {
+		r.t.Fatal("the refused step changed the CRD")
+	}
+	r.t.Logf("refused as it must: %v", err)
+	time.Sleep(trafficWindow + 500*time.Millisecond)
+	o := r.observe()
+	steps, err := upgrade.Plan(o, r.cfg, crd.StageUnserve)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	results, err := upgrade.Preflight(context.Background(), r.cl, r.cfg, o, steps)
+	if err != nil {
+		r.t.Fatalf("unserve after a window without v1alpha1 requests: %v", err)
+	}
+	if last := results[len(results)-1]; last.Check != upgrade.CheckOldTraffic || !strings.Contains(last.Note, ": none, counted by 1 kube-apiserver") {
+		r.t.Errorf("the passing traffic check says %+v", last)
+	}
+}
+
+// overrideRecorded: at unserve a client still asks for v1alpha1 (and gets 404), so remove is
+// refused; with a reason given the check lets it through and records the reason on the CRD.
+func (r *rig) overrideRecorded() {
+	r.t.Helper()
+	ctx := context.Background()
+	err := r.env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: r.fleet.Name(0)}, &v1alpha1.Widget{})
+	if !apierrors.IsNotFound(err) {
+		r.t.Fatalf("GET through v1alpha1 at unserve: %v, want 404", err)
+	}
+	o := r.observe()
+	steps, err := upgrade.Plan(o, r.cfg, crd.StageRemove)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.cl.Traffic.AllowReason = ""
+	if _, err := upgrade.Preflight(ctx, r.cl, r.cfg, o, steps); !upgrade.IsRefusal(err) || !strings.Contains(err.Error(), "GET 1") {
+		r.t.Fatalf("remove after a GET through v1alpha1 at unserve: %v, want a refusal counting it", err)
+	}
+	r.cl.Traffic.AllowReason = "walk: the 404 was the test's own"
+	defer func() { r.cl.Traffic.AllowReason = "" }()
+	results, err := upgrade.Preflight(ctx, r.cl, r.cfg, o, steps)
+	if err != nil {
+		r.t.Fatalf("remove with the override: %v", err)
+	}
+	if last := results[len(results)-1]; !strings.Contains(last.Note, "overridden") {
+		r.t.Errorf("the overridden check says %+v", last)
+	}
+	events := &corev1.EventList{}
+	if err := r.env.Client.List(ctx, events, client.InNamespace(metav1.NamespaceDefault)); err != nil {
+		r.t.Fatal(err)
+	}
+	recorded := slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
+		return e.Reason == "OldVersionTrafficOverridden" && e.InvolvedObject.Name == crd.WidgetName &&
+			strings.Contains(e.Message, "walk: the 404 was the test's own") && strings.Contains(e.Message, "GET 1")
+	})
+	if !recorded {
+		r.t.Errorf("no OldVersionTrafficOverridden event on the CRD with the reason and the counts: %+v", events.Items)
+	}
+	// The override is recorded, and this walk's step to remove runs the check again: wait out
+	// the window so it passes without one.
+	time.Sleep(trafficWindow + 500*time.Millisecond)
 }
 
 // apply server-side applies the Widget widget-system/applied (outside the fleet's namespace)

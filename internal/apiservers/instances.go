@@ -1,4 +1,4 @@
-package storageversion
+package apiservers
 
 import (
 	"context"
@@ -17,6 +17,8 @@ const (
 	serviceNamespace = "default"
 	serviceName      = "kubernetes"
 	servicePortName  = "https"
+	// Service names it for messages.
+	Service = serviceNamespace + "/" + serviceName
 )
 
 // Instances lists the kube-apiserver instances registered in the EndpointSlices of Service

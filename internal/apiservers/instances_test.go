@@ -1,4 +1,4 @@
-package storageversion
+package apiservers
 
 import (
 	"context"
