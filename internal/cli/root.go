@@ -58,6 +58,7 @@ var Subcommands = []func(*GlobalOptions) *cobra.Command{
 	NewUpgradeCommand,
 	NewMigrateCommand,
 	NewVerifyCommand,
+	NewBackupCommand,
 	NewCleanupFinalizersCommand,
 	NewSelftestCommand,
 	NewWaitWebhooksCommand,

@@ -58,7 +58,7 @@ type trafficFlags struct {
 
 func (f *trafficFlags) bind(fl *pflag.FlagSet) {
 	f.apiservers.bind(fl)
-	fl.StringVar(&f.namespace, "traffic-namespace", "", "namespace of the ConfigMap the request counts are kept in between checks (default: the context's namespace; the release namespace in a cluster)")
+	fl.StringVar(&f.namespace, "records-namespace", "", "namespace of the ConfigMaps the upgrade keeps its records in: request counts between checks, backups taken (default: the context's namespace; the release namespace in a cluster)")
 	fl.DurationVar(&f.window, "old-version-traffic-window", upgrade.DefaultTrafficWindow, "unserve and remove are refused while the old version served requests within this window (and since the storage flip, for unserve)")
 	fl.StringVar(&f.allowReason, "allow-old-version-traffic", "", "let unserve or remove through despite requests to the old version; the reason is recorded in an event on the CRD")
 }
@@ -132,7 +132,7 @@ func newEngine(g *GlobalOptions, f *upgradeFlags) (*engine, error) {
 		return nil, err
 	}
 	return &engine{cfg: cfg, apiservers: f.traffic.apiservers, clients: upgrade.Clients{Client: c, Metadata: md, DryRunNamespace: g.Namespace(),
-		Probe: upgrade.ProbeOptions{URL: f.webhookURL}, Traffic: traffic}}, nil
+		Probe: upgrade.ProbeOptions{URL: f.webhookURL}, Traffic: traffic, RecordsNamespace: orDefault(f.traffic.namespace, g.Namespace())}}, nil
 }
 
 func (e *engine) observe(ctx context.Context) (*upgrade.Observation, error) {

@@ -50,6 +50,9 @@ func printPlan(w io.Writer, r *planReport) {
 	}
 	for _, c := range r.Checks {
 		mark := "ok"
+		if c.Note != "" {
+			mark += ": " + c.Note
+		}
 		if !c.OK {
 			mark = "FAILED: " + c.Error
 		}

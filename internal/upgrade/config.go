@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -15,6 +15,7 @@ import (
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/conversion"
 	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/fielddiff"
 	"github.com/widgetry/widget-operator/internal/webhook"
 )
 
@@ -99,7 +100,8 @@ func WidgetConfig() Config {
 }
 
 // compareWidgetVersions checks that a Widget read through v1alpha1 converts to exactly what
-// v1 returned, and back to exactly what v1alpha1 returned.
+// v1 returned, and back to exactly what v1alpha1 returned. Exactly: field by field, a missing
+// list is not an empty one (fielddiff), which equality.Semantic would let pass.
 func compareWidgetVersions(objs map[string]*unstructured.Unstructured) error {
 	alphaU, hubU := objs["v1alpha1"], objs["v1"]
 	if alphaU == nil || hubU == nil {
@@ -116,15 +118,25 @@ func compareWidgetVersions(objs map[string]*unstructured.Unstructured) error {
 	if err := conversion.ConvertWidgetToHub(context.Background(), alpha.DeepCopy(), converted); err != nil {
 		return err
 	}
-	if !equality.Semantic.DeepEqual(converted.Spec, hub.Spec) || !equality.Semantic.DeepEqual(converted.Status, hub.Status) {
-		return fmt.Errorf("v1alpha1 read converts to spec %+v, but v1 reads %+v", converted.Spec, hub.Spec)
+	if d := diff(map[string]any{"spec": converted.Spec, "status": converted.Status}, map[string]any{"spec": hub.Spec, "status": hub.Status}); d != "" {
+		return fmt.Errorf("the v1alpha1 read, converted to v1, differs from the v1 read: %s", d)
 	}
 	back := &v1alpha1.Widget{}
 	if err := conversion.ConvertWidgetFromHub(context.Background(), hub, back); err != nil {
 		return err
 	}
-	if !equality.Semantic.DeepEqual(back.Spec, alpha.Spec) || back.Annotations[conversion.DataAnnotation] != alpha.Annotations[conversion.DataAnnotation] {
-		return fmt.Errorf("v1 read converts back to %+v, but v1alpha1 reads %+v", back.Spec, alpha.Spec)
+	if d := diff(map[string]any{"spec": back.Spec, "conversionData": back.Annotations[conversion.DataAnnotation]},
+		map[string]any{"spec": alpha.Spec, "conversionData": alpha.Annotations[conversion.DataAnnotation]}); d != "" {
+		return fmt.Errorf("the v1 read, converted to v1alpha1, differs from the v1alpha1 read: %s", d)
 	}
 	return nil
+}
+
+// diff is fielddiff.Of, its paths joined ("" when equal).
+func diff(a, b any) string {
+	d, err := fielddiff.Of(a, b)
+	if err != nil {
+		return err.Error()
+	}
+	return strings.Join(d, "; ")
 }

@@ -47,6 +47,7 @@ const (
 	CheckOldManagedFields Check = "no-managed-fields-of-old"
 	CheckRecordTraffic    Check = "record-old-version-traffic"
 	CheckOldTraffic       Check = "no-old-version-traffic"
+	CheckBackupRecorded   Check = "backup-recorded"
 )
 
 // Step moves one stage forward or back, stays at a stage (a new build), or repairs an
@@ -197,7 +198,7 @@ func step(cfg Config, from, to crd.Stage) Step {
 		s.Checks = append(base, CheckWebhookProbe)
 	case from == crd.StageAddVersion && to == crd.StageFlipStorage:
 		s.Change = fmt.Sprintf("make %s the storage version (objects written from now on are stored as %s)", cfg.New, cfg.New)
-		s.Checks = append(base, CheckWebhookProbe, CheckDryRunCreate, CheckReadAllVersions, CheckRecordTraffic)
+		s.Checks = append(base, CheckWebhookProbe, CheckDryRunCreate, CheckReadAllVersions, CheckRecordTraffic, CheckBackupRecorded)
 	case from == crd.StageFlipStorage && to == crd.StageMigrate:
 		s.Change = "none (the flags stay)"
 		s.Then = fmt.Sprintf("rewrite every stored object as %s, then trim status.storedVersions to [%s] (widgetctl migrate --crd %s)", cfg.New, cfg.New, cfg.CRD)

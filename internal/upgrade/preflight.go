@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/widgetry/widget-operator/internal/backup"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/metalist"
 )
@@ -27,6 +29,8 @@ type Clients struct {
 	// Traffic counts the requests through Old (the flip records a baseline; unserve and
 	// remove refuse while there is traffic); nil fails those checks.
 	Traffic *TrafficCheck
+	// RecordsNamespace is where backups are recorded (the release namespace).
+	RecordsNamespace string
 }
 
 // CheckResult is the outcome of one check.
@@ -96,6 +100,8 @@ func runCheck(ctx context.Context, cl Clients, cfg Config, o *Observation, s Ste
 		return recordBaseline(ctx, cl.Traffic, cfg, o.live)
 	case CheckOldTraffic:
 		return oldVersionTraffic(ctx, cl.Client, cl.Traffic, cfg, o.live, s.To)
+	case CheckBackupRecorded:
+		return backupRecorded(ctx, cl, cfg), nil
 	}
 	return "", runPlainCheck(ctx, cl, cfg, o, check)
 }
@@ -239,4 +245,18 @@ func managedFieldsOfOld(ctx context.Context, md metadata.Interface, cfg Config, 
 			len(found), oldAPIVersion, cfg.Old, strings.Join(shown, ", "))
 	}
 	return nil
+}
+
+// backupRecorded warns, without refusing, when no backup of the CRD is recorded in the
+// release namespace: rollback case 2 (back from flip-storage after writes) assumes one.
+func backupRecorded(ctx context.Context, cl Clients, cfg Config) string {
+	r, err := backup.LastRecord(ctx, cl.Client, cl.RecordsNamespace, cfg.CRD)
+	switch {
+	case err != nil:
+		return "WARNING: " + err.Error()
+	case r == nil:
+		return fmt.Sprintf("WARNING: no backup of %s is recorded in namespace %s; take one before the storage flip: widgetctl backup --crd %s --out DIR --records-namespace %s (%s)",
+			cfg.CRD, cl.RecordsNamespace, cfg.CRD, cl.RecordsNamespace, cfg.Runbook(crd.StageFlipStorage))
+	}
+	return fmt.Sprintf("backup of %v objects taken %s ago (%s on %s)", r.Objects, time.Since(r.Time).Round(time.Second), r.Dir, r.Host)
 }
