@@ -52,8 +52,8 @@ func decode(cm *corev1.ConfigMap, l Ledger) ([]Sample, error) {
 	return samples, nil
 }
 
-// Append adds s, dropping the oldest unmarked samples beyond keptSamples and marked samples
-// older than the newest of their mark.
+// Append adds s, keeping the newest sample of each mark and the newest keptSamples others (an
+// older sample of a mark stays as an ordinary one: it is still a baseline for later checks).
 func (l Ledger) Append(ctx context.Context, s Sample) error {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cm := &corev1.ConfigMap{}
@@ -86,8 +86,8 @@ func (l Ledger) Append(ctx context.Context, s Sample) error {
 	return nil
 }
 
-// prune keeps the newest sample of each mark and the newest keptSamples unmarked ones, oldest
-// first.
+// prune keeps the newest sample of each mark and the newest keptSamples other ones (older
+// samples of a mark among them, their mark cleared), oldest first.
 func prune(samples []Sample) []Sample {
 	slices.SortStableFunc(samples, func(a, b Sample) int { return a.Time.Compare(b.Time) })
 	newestMarked := map[string]int{}
@@ -96,21 +96,23 @@ func prune(samples []Sample) []Sample {
 			newestMarked[s.Mark] = i
 		}
 	}
-	unmarked := 0
-	for _, s := range samples {
-		if s.Mark == "" {
-			unmarked++
+	isMark := func(i int) bool { return samples[i].Mark != "" && newestMarked[samples[i].Mark] == i }
+	others := 0
+	for i := range samples {
+		if !isMark(i) {
+			others++
 		}
 	}
 	var out []Sample
 	for i, s := range samples {
 		switch {
-		case s.Mark != "" && newestMarked[s.Mark] == i:
+		case isMark(i):
 			out = append(out, s)
-		case s.Mark == "" && unmarked <= keptSamples:
+		case others <= keptSamples:
+			s.Mark = ""
 			out = append(out, s)
-		case s.Mark == "":
-			unmarked--
+		default:
+			others-- // one of the oldest, beyond the cap
 		}
 	}
 	return out

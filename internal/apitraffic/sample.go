@@ -3,8 +3,10 @@
 // version were served within a window, naming the counts by verb.
 //
 // Every kube-apiserver instance counts the requests it served in apiserver_request_total (by
-// group, version, resource and verb; every answer, 404s of an unserved version included) and
-// its open watches in apiserver_longrunning_requests, from its own start. A count alone says
+// group, version, resource, verb and code) and its open watches in
+// apiserver_longrunning_requests, from its own start. Requests for a version the CRD does not
+// serve are answered 404 without being counted under that version: once a version is
+// unserved, only the audit log still shows who asks for it. A count alone says
 // nothing about when, so samples are kept (Ledger, a ConfigMap): the traffic within a window
 // is the difference between now and the newest sample taken at least the window ago. A
 // restarted instance lost its counts: everything it counts now is recent, what it served

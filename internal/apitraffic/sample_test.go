@@ -167,14 +167,23 @@ func TestBaseline(t *testing.T) {
 	}
 }
 
+// TestPrune: the newest sample of each mark stays; an older one stays as an ordinary sample
+// (a check may still compare with it); ordinary samples beyond the cap go, oldest first.
 func TestPrune(t *testing.T) {
 	var samples []Sample
-	samples = append(samples, sample(1, MarkFlip), sample(2, MarkFlip), sample(3, MarkUnserve))
+	samples = append(samples, sample(1, MarkFlip), sample(2, MarkFlip), sample(3, MarkUnserve), sample(4, MarkUnserve))
 	for i := range keptSamples + 10 {
 		samples = append(samples, sample(int64(10+i), ""))
 	}
 	out := prune(samples)
-	if len(out) != keptSamples+2 || out[0].Time.Unix() != 2 || out[0].Mark != MarkFlip || out[1].Mark != MarkUnserve || out[2].Time.Unix() != 20 {
+	if len(out) != keptSamples+2 || out[0].Time.Unix() != 2 || out[0].Mark != MarkFlip || out[1].Time.Unix() != 4 || out[1].Mark != MarkUnserve || out[2].Time.Unix() != 20 {
 		t.Errorf("pruned to %d samples starting %v %v %v", len(out), out[0], out[1], out[2])
+	}
+	few := prune([]Sample{sample(1, MarkFlip), sample(5, MarkUnserve), sample(6, ""), sample(7, MarkUnserve)})
+	if len(few) != 4 || few[1].Mark != "" || few[3].Mark != MarkUnserve {
+		t.Errorf("an older sample of a mark must stay as an ordinary one: %+v", few)
+	}
+	if b := Baseline(few, MarkFlip, time.Unix(9, 0), 3*time.Second); b == nil || b.Time.Unix() != 6 {
+		t.Errorf("baseline %+v, want the sample at 6", b)
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/widgetry/widget-operator/internal/fielddiff"
+	"github.com/widgetry/widget-operator/internal/metalist"
 )
 
 // Manifest describes a backup.
@@ -58,11 +59,14 @@ const (
 
 func objectsFile(version string) string { return "objects." + version + ".json" }
 
+// ErrNotEmpty: Write never writes into a directory that holds anything (another backup).
+var ErrNotEmpty = errors.New("not empty")
+
 // Write backs up every object of the CRD through every served version into dir, which must
-// be empty or not exist (a backup is never overwritten).
+// be empty or not exist (a backup is never overwritten: ErrNotEmpty).
 func Write(ctx context.Context, c client.Client, crdName, dir, server string, now time.Time) (*Manifest, error) {
 	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
-		return nil, fmt.Errorf("%s is not empty: a backup is never written over another; name a new directory", dir)
+		return nil, fmt.Errorf("%s is %w: a backup is never written over another; name a new directory", dir, ErrNotEmpty)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -104,18 +108,14 @@ func listAll(ctx context.Context, c client.Client, live *apiextensionsv1.CustomR
 	all := &unstructured.UnstructuredList{}
 	all.SetAPIVersion(live.Spec.Group + "/" + version)
 	all.SetKind(live.Spec.Names.ListKind)
-	for cont := ""; ; {
-		page := &unstructured.UnstructuredList{}
-		page.SetAPIVersion(all.GetAPIVersion())
-		page.SetKind(all.GetKind())
-		if err := c.List(ctx, page, client.Limit(500), client.Continue(cont)); err != nil {
-			return nil, fmt.Errorf("list %s through %s: %w", live.Spec.Names.Plural, version, err)
-		}
-		all.Items = append(all.Items, page.Items...)
-		if cont = page.GetContinue(); cont == "" {
-			return all, nil
-		}
+	err := metalist.EachObject(ctx, c, all.GetAPIVersion(), all.GetKind(), func(o *unstructured.Unstructured) error {
+		all.Items = append(all.Items, *o)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list %s through %s: %w", live.Spec.Names.Plural, version, err)
 	}
+	return all, nil
 }
 
 func writeJSON(path string, v any) error {

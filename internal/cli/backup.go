@@ -43,6 +43,9 @@ served: a later verify compares through every version both serve.`,
 				return err
 			}
 			m, err := backup.Write(cmd.Context(), c, crdName, out, rc.Host, time.Now())
+			if errors.Is(err, backup.ErrNotEmpty) {
+				return refused(err)
+			}
 			if err != nil {
 				return err
 			}

@@ -60,11 +60,7 @@ func verifyVersions(cmd *cobra.Command, g *GlobalOptions, e *engine) error {
 	if err != nil {
 		return err
 	}
-	if g.Output == OutputJSON {
-		if err := writeJSON(g.Stdout, r); err != nil {
-			return err
-		}
-	} else {
+	if err := printReport(g, r, func() {
 		for _, v := range slices.Sorted(maps.Keys(r.Objects)) {
 			fmt.Fprintf(g.Stdout, "%-10s %d objects\n", v, r.Objects[v])
 		}
@@ -77,6 +73,8 @@ func verifyVersions(cmd *cobra.Command, g *GlobalOptions, e *engine) error {
 		if r.OK() {
 			fmt.Fprintf(g.Stdout, "ok: every object reads the same through %v\n", r.Versions)
 		}
+	}); err != nil {
+		return err
 	}
 	if !r.OK() {
 		return errors.New(fmt.Sprint(len(r.Mismatches), " object(s) read differently through the served versions; see runbooks/procedures/conversion-webhook-outage.md"))
@@ -96,11 +94,7 @@ func verifyAgainst(cmd *cobra.Command, g *GlobalOptions, e *engine, dir string) 
 	if err != nil {
 		return refused(err)
 	}
-	if g.Output == OutputJSON {
-		if err := writeJSON(g.Stdout, r); err != nil {
-			return err
-		}
-	} else {
+	if err := printReport(g, r, func() {
 		for _, v := range r.Versions {
 			fmt.Fprintf(g.Stdout, "%-10s %d objects compared with the backup of %s\n", v, r.Compared[v], b.Time.Format(time.RFC3339))
 		}
@@ -116,6 +110,8 @@ func verifyAgainst(cmd *cobra.Command, g *GlobalOptions, e *engine, dir string) 
 		if r.OK() {
 			fmt.Fprintf(g.Stdout, "ok: every object of the backup is there, unchanged, through %v\n", r.Versions)
 		}
+	}); err != nil {
+		return err
 	}
 	if !r.OK() {
 		return fmt.Errorf("%d object(s) missing and %d field(s) changed since the backup in %s", len(r.Missing), len(r.Changed), dir)
@@ -128,11 +124,7 @@ func verifyRoundTrip(cmd *cobra.Command, g *GlobalOptions, e *engine) error {
 	if err != nil {
 		return err
 	}
-	if g.Output == OutputJSON {
-		if err := writeJSON(g.Stdout, r); err != nil {
-			return err
-		}
-	} else {
+	if err := printReport(g, r, func() {
 		for _, v := range r.Versions {
 			fmt.Fprintf(g.Stdout, "%-10s %d objects written back (dry run, storage version %s)\n", v, r.Objects[v], r.StorageVersion)
 		}
@@ -145,9 +137,20 @@ func verifyRoundTrip(cmd *cobra.Command, g *GlobalOptions, e *engine) error {
 		if r.OK() {
 			fmt.Fprintf(g.Stdout, "ok: every object survives a write back through %v\n", r.Versions)
 		}
+	}); err != nil {
+		return err
 	}
 	if !r.OK() {
 		return fmt.Errorf("%d change(s) on the round trip: the conversion loses data; keep the running build and see runbooks/procedures/conversion-webhook-outage.md", len(r.Lossy))
 	}
+	return nil
+}
+
+// printReport writes r as JSON with --output json, else runs text.
+func printReport(g *GlobalOptions, r any, text func()) error {
+	if g.Output == OutputJSON {
+		return writeJSON(g.Stdout, r)
+	}
+	text()
 	return nil
 }

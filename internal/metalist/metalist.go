@@ -1,6 +1,7 @@
-// Package metalist walks every object of a resource through the metadata API, a page at a
-// time, for the commands that need only names, finalizers, owner references or
-// managedFields of what may be many thousands of objects.
+// Package metalist walks every object of a resource a page at a time: through the metadata
+// API (Each) for the commands that need only names, finalizers, owner references or
+// managedFields of what may be many thousands of objects, or whole (EachObject) for those that
+// compare or back up what they read.
 //
 // Paging is client-go's pager: pages of PageSize, and a LIST whose continue token expired
 // (410 Gone, after etcd compaction) falls back to one full LIST instead of failing. Callers
@@ -13,9 +14,11 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/pager"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // PageSize is the LIST limit: 500 as kubectl's --chunk-size, small enough for a 2-core
@@ -36,4 +39,27 @@ func Each(ctx context.Context, res metadata.ResourceInterface, fn func(*metav1.P
 		}
 		return fn(item)
 	})
+}
+
+// EachObject calls fn for every object listed through apiVersion (listKind its list kind),
+// whole, page by page with c, and stops at the first error fn returns or a failed LIST (a
+// 410 Gone included: callers that compare what they read rerun rather than mix two
+// snapshots).
+func EachObject(ctx context.Context, c client.Reader, apiVersion, listKind string, fn func(*unstructured.Unstructured) error) error {
+	for cont := ""; ; {
+		list := &unstructured.UnstructuredList{}
+		list.SetAPIVersion(apiVersion)
+		list.SetKind(listKind)
+		if err := c.List(ctx, list, client.Limit(PageSize), client.Continue(cont)); err != nil {
+			return err
+		}
+		for i := range list.Items {
+			if err := fn(&list.Items[i]); err != nil {
+				return err
+			}
+		}
+		if cont = list.GetContinue(); cont == "" {
+			return nil
+		}
+	}
 }

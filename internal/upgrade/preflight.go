@@ -168,18 +168,12 @@ func readThroughServedVersions(ctx context.Context, c client.Client, live *apiex
 		if !v.Served {
 			continue
 		}
-		list := &unstructured.UnstructuredList{}
-		list.SetAPIVersion(live.Spec.Group + "/" + v.Name)
-		list.SetKind(live.Spec.Names.ListKind)
-		cont := ""
-		for {
-			if err := c.List(ctx, list, client.Limit(500), client.Continue(cont)); err != nil {
-				return fmt.Errorf("list %s through %s: %w", live.Spec.Names.Plural, v.Name, err)
-			}
-			counts[v.Name] += len(list.Items)
-			if cont = list.GetContinue(); cont == "" {
-				break
-			}
+		err := metalist.EachObject(ctx, c, live.Spec.Group+"/"+v.Name, live.Spec.Names.ListKind, func(*unstructured.Unstructured) error {
+			counts[v.Name]++
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("list %s through %s: %w", live.Spec.Names.Plural, v.Name, err)
 		}
 	}
 	for _, n := range counts {

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/widgetry/widget-operator/internal/fielddiff"
+	"github.com/widgetry/widget-operator/internal/metalist"
 )
 
 // RoundTripReport is the result of RoundTrip.
@@ -54,22 +55,11 @@ func RoundTrip(ctx context.Context, c client.Client, crdName string) (*RoundTrip
 			continue
 		}
 		r.Versions = append(r.Versions, v.Name)
-		cont := ""
-		for {
-			list := &unstructured.UnstructuredList{}
-			list.SetAPIVersion(live.Spec.Group + "/" + v.Name)
-			list.SetKind(live.Spec.Names.ListKind)
-			if err := c.List(ctx, list, client.Limit(500), client.Continue(cont)); err != nil {
-				return nil, fmt.Errorf("list %s through %s: %w", live.Spec.Names.Plural, v.Name, err)
-			}
-			for i := range list.Items {
-				if err := r.roundTrip(ctx, c, v.Name, &list.Items[i]); err != nil {
-					return nil, err
-				}
-			}
-			if cont = list.GetContinue(); cont == "" {
-				break
-			}
+		err := metalist.EachObject(ctx, c, live.Spec.Group+"/"+v.Name, live.Spec.Names.ListKind, func(o *unstructured.Unstructured) error {
+			return r.roundTrip(ctx, c, v.Name, o)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list %s through %s: %w", live.Spec.Names.Plural, v.Name, err)
 		}
 	}
 	return r, nil

@@ -8,6 +8,8 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/widgetry/widget-operator/internal/metalist"
 )
 
 // VerifyReport is the result of Verify.
@@ -39,26 +41,17 @@ func Verify(ctx context.Context, c client.Client, cfg Config) (*VerifyReport, er
 			continue
 		}
 		r.Versions = append(r.Versions, v.Name)
-		cont := ""
-		for {
-			list := &unstructured.UnstructuredList{}
-			list.SetAPIVersion(live.Spec.Group + "/" + v.Name)
-			list.SetKind(live.Spec.Names.ListKind)
-			if err := c.List(ctx, list, client.Limit(500), client.Continue(cont)); err != nil {
-				return nil, fmt.Errorf("list %s through %s: %w", live.Spec.Names.Plural, v.Name, err)
+		err := metalist.EachObject(ctx, c, live.Spec.Group+"/"+v.Name, live.Spec.Names.ListKind, func(item *unstructured.Unstructured) error {
+			uid := string(item.GetUID())
+			if byUID[uid] == nil {
+				byUID[uid] = map[string]*unstructured.Unstructured{}
 			}
-			for i := range list.Items {
-				item := &list.Items[i]
-				uid := string(item.GetUID())
-				if byUID[uid] == nil {
-					byUID[uid] = map[string]*unstructured.Unstructured{}
-				}
-				byUID[uid][v.Name] = item
-				r.Objects[v.Name]++
-			}
-			if cont = list.GetContinue(); cont == "" {
-				break
-			}
+			byUID[uid][v.Name] = item
+			r.Objects[v.Name]++
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list %s through %s: %w", live.Spec.Names.Plural, v.Name, err)
 		}
 	}
 	uids := make([]string, 0, len(byUID))

@@ -14,7 +14,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/metadata"
@@ -188,10 +187,9 @@ func TestFullWalkAndRollback(t *testing.T) {
 	for _, target := range forward {
 		switch target {
 		case crd.StageUnserve:
-			r.trafficRefusesThenWindowPasses()
+			r.unserveTraffic()
 		case crd.StageRemove:
 			r.managedFieldsRefusedThenDropped()
-			r.overrideRecorded()
 		}
 		if err := r.step(target); err != nil {
 			t.Fatalf("-> %s: %v", target, err)
@@ -270,11 +268,13 @@ func (r *rig) managedFieldsRefusedThenDropped() {
 	}
 }
 
-// trafficRefusesThenWindowPasses: the fleet wrote and read through v1alpha1 since the storage
-// flip, so unserve is refused, naming the counts by verb; rerun after the window with no
-// v1alpha1 request in between, it passes (the step itself follows).
-func (r *rig) trafficRefusesThenWindowPasses() {
+// unserveTraffic: the fleet wrote and read through v1alpha1 since the storage flip, so the
+// preflight of unserve refuses, naming the counts by verb; with a reason given it lets the
+// step through and records the reason and the counts in an event on the CRD; rerun without
+// one after the window, with no v1alpha1 request in between, it passes (the step follows).
+func (r *rig) unserveTraffic() {
 	r.t.Helper()
+	ctx := context.Background()
 	before := r.observe()
 	err := r.step(crd.StageUnserve)
 	if !upgrade.IsRefusal(err) || !strings.Contains(err.Error(), "no-old-version-traffic") || !strings.Contains(err.Error(), "v1alpha1 is still in use") ||
@@ -285,46 +285,26 @@ func (r *rig) trafficRefusesThenWindowPasses() {
 		r.t.Fatal("the refused step changed the CRD")
 	}
 	r.t.Logf("refused as it must: %v", err)
-	time.Sleep(trafficWindow + 500*time.Millisecond)
-	o := r.observe()
-	steps, err := upgrade.Plan(o, r.cfg, crd.StageUnserve)
-	if err != nil {
-		r.t.Fatal(err)
+	preflight := func() ([]upgrade.CheckResult, error) {
+		o := r.observe()
+		steps, err := upgrade.Plan(o, r.cfg, crd.StageUnserve)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		return upgrade.Preflight(ctx, r.cl, r.cfg, o, steps)
 	}
-	results, err := upgrade.Preflight(context.Background(), r.cl, r.cfg, o, steps)
-	if err != nil {
-		r.t.Fatalf("unserve after a window without v1alpha1 requests: %v", err)
-	}
-	if last := results[len(results)-1]; last.Check != upgrade.CheckOldTraffic || !strings.Contains(last.Note, ": none, counted by 1 kube-apiserver") {
-		r.t.Errorf("the passing traffic check says %+v", last)
-	}
-}
 
-// overrideRecorded: at unserve a client still asks for v1alpha1 (and gets 404), so remove is
-// refused; with a reason given the check lets it through and records the reason on the CRD.
-func (r *rig) overrideRecorded() {
-	r.t.Helper()
-	ctx := context.Background()
-	err := r.env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: r.fleet.Name(0)}, &v1alpha1.Widget{})
-	if !apierrors.IsNotFound(err) {
-		r.t.Fatalf("GET through v1alpha1 at unserve: %v, want 404", err)
-	}
-	o := r.observe()
-	steps, err := upgrade.Plan(o, r.cfg, crd.StageRemove)
-	if err != nil {
+	// A GET through v1alpha1 now, so the override has something to let through.
+	if err := r.env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: r.fleet.Name(0)}, &v1alpha1.Widget{}); err != nil {
 		r.t.Fatal(err)
 	}
+	r.cl.Traffic.AllowReason = "walk: the fleet uses v1alpha1 on purpose"
+	results, err := preflight()
 	r.cl.Traffic.AllowReason = ""
-	if _, err := upgrade.Preflight(ctx, r.cl, r.cfg, o, steps); !upgrade.IsRefusal(err) || !strings.Contains(err.Error(), "GET 1") {
-		r.t.Fatalf("remove after a GET through v1alpha1 at unserve: %v, want a refusal counting it", err)
-	}
-	r.cl.Traffic.AllowReason = "walk: the 404 was the test's own"
-	defer func() { r.cl.Traffic.AllowReason = "" }()
-	results, err := upgrade.Preflight(ctx, r.cl, r.cfg, o, steps)
 	if err != nil {
-		r.t.Fatalf("remove with the override: %v", err)
+		r.t.Fatalf("unserve with the override: %v", err)
 	}
-	if last := results[len(results)-1]; !strings.Contains(last.Note, "overridden") {
+	if last := results[len(results)-1]; !strings.Contains(last.Note, "overridden") || !strings.Contains(last.Note, "GET ") {
 		r.t.Errorf("the overridden check says %+v", last)
 	}
 	events := &corev1.EventList{}
@@ -333,14 +313,20 @@ func (r *rig) overrideRecorded() {
 	}
 	recorded := slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
 		return e.Reason == "OldVersionTrafficOverridden" && e.InvolvedObject.Name == crd.WidgetName &&
-			strings.Contains(e.Message, "walk: the 404 was the test's own") && strings.Contains(e.Message, "GET 1")
+			strings.Contains(e.Message, "walk: the fleet uses v1alpha1 on purpose") && strings.Contains(e.Message, "GET ")
 	})
 	if !recorded {
 		r.t.Errorf("no OldVersionTrafficOverridden event on the CRD with the reason and the counts: %+v", events.Items)
 	}
-	// The override is recorded, and this walk's step to remove runs the check again: wait out
-	// the window so it passes without one.
+
 	time.Sleep(trafficWindow + 500*time.Millisecond)
+	results, err = preflight()
+	if err != nil {
+		r.t.Fatalf("unserve after a window without v1alpha1 requests: %v", err)
+	}
+	if last := results[len(results)-1]; last.Check != upgrade.CheckOldTraffic || !strings.Contains(last.Note, ": none, counted by 1 kube-apiserver") {
+		r.t.Errorf("the passing traffic check says %+v", last)
+	}
 }
 
 // apply server-side applies the Widget widget-system/applied (outside the fleet's namespace)
