@@ -51,6 +51,10 @@ func TestReleaseOnAPIServer(t *testing.T) {
 	home := t.TempDir()
 	helmRun := func(t *testing.T, helm string, args ...string) (string, error) {
 		t.Helper()
+		if args[0] == "upgrade" || args[0] == "rollback" {
+			// Keep every revision: the walk rolls back to its third (Helm keeps 10 by default).
+			args = append(args, "--history-max", "0")
+		}
 		cmd := exec.CommandContext(ctx, helm, append([]string{"--kubeconfig", env.Kubeconfig, "--namespace", ns}, args...)...)
 		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
 		out, err := cmd.CombinedOutput()
@@ -149,7 +153,7 @@ func TestReleaseOnAPIServer(t *testing.T) {
 				}
 				check(t, stage)
 			}
-			// helm rollback one stage at a time: revisions 4 (migrate) .. 1 (initial).
+			// helm rollback one stage at a time: revisions 5 (unserve) .. 1 (initial).
 			for rev := len(crd.Stages) - 1; rev >= 1; rev-- {
 				stage := crd.Stages[rev-1]
 				if stage == crd.StageInitial {

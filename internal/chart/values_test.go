@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -204,7 +205,7 @@ var valueCases = []valueCase{{
 		}
 		pre := job(t, objs, "widget-operator-preflight")
 		if pre == nil || !slices.Equal(pre.Spec.Template.Spec.Containers[0].Args, []string{"upgrade", "preflight", "--to", "initial",
-			"--webhook-url=https://$(WIDGET_OPERATOR_WEBHOOK_SERVICE_HOST):443/convert"}) || pre.Spec.Template.Spec.EnableServiceLinks == nil || !*pre.Spec.Template.Spec.EnableServiceLinks ||
+			"--webhook-url=https://$(WIDGET_OPERATOR_WEBHOOK_SERVICE_HOST):443/convert", "--records-namespace", "widget-system", "--old-version-traffic-window=24h"}) || pre.Spec.Template.Spec.EnableServiceLinks == nil || !*pre.Spec.Template.Spec.EnableServiceLinks ||
 			pre.Annotations["helm.sh/hook"] != "pre-install,pre-upgrade,pre-rollback" || *pre.Spec.BackoffLimit != 1 || *pre.Spec.ActiveDeadlineSeconds != 900 {
 			t.Errorf("preflight Job: %+v", pre)
 		}
@@ -452,6 +453,42 @@ var valueCases = []valueCase{{
 		if len(in) != 2 || in[0].From != nil || in[0].Ports[0].Port.IntValue() != 9443 ||
 			in[1].From[0].NamespaceSelector.MatchLabels["name"] != "monitoring" || in[1].From[0].PodSelector.MatchLabels["app"] != "prometheus" || in[1].Ports[0].Port.IntValue() != 8443 {
 			t.Errorf("ingress %+v", in)
+		}
+	},
+}, {
+	name: "stage unserve: the traffic check's window and override reach the preflight; the managedFields hook",
+	kv: []any{"apiUpgrade.stage", "unserve", "apiUpgrade.oldVersionTraffic.window", "90m",
+		"apiUpgrade.oldVersionTraffic.allowReason", "INC-7: the batch job moves next week"},
+	check: func(t *testing.T, objs Objects) {
+		a := job(t, objs, "widget-operator-preflight").Spec.Template.Spec.Containers[0].Args
+		for _, want := range []string{"--records-namespace", "--old-version-traffic-window=90m", "--allow-old-version-traffic=INC-7: the batch job moves next week"} {
+			if !slices.Contains(a, want) {
+				t.Errorf("preflight args %v lack %q", a, want)
+			}
+		}
+		d := job(t, objs, "widget-operator-drop-managed-fields")
+		if d == nil || d.Annotations["helm.sh/hook"] != "post-install,post-upgrade" || d.Annotations["helm.sh/hook-weight"] != "1" ||
+			!slices.Equal(d.Spec.Template.Spec.Containers[0].Args, []string{"migrate", "--crd", "widgets.widgetry.io", "--progress-namespace", "widget-system", "--drop-managed-fields-of", "v1alpha1"}) {
+			t.Errorf("drop-managed-fields Job: %+v", d)
+		}
+	},
+}, {
+	name: "stage remove: no v1alpha1 in the CRD, no managedFields hook, the traffic check without an override",
+	kv:   []any{"apiUpgrade.stage", "remove"},
+	check: func(t *testing.T, objs Objects) {
+		if objs.Get("Job", "widget-operator-drop-managed-fields") != nil {
+			t.Error("the managedFields hook runs at unserve only")
+		}
+		a := job(t, objs, "widget-operator-preflight").Spec.Template.Spec.Containers[0].Args
+		if a[3] != "remove" || !slices.Contains(a, "--old-version-traffic-window=24h") || slices.ContainsFunc(a, func(s string) bool { return strings.HasPrefix(s, "--allow-old-version-traffic") }) {
+			t.Errorf("preflight args %v", a)
+		}
+		c := &apiextensionsv1.CustomResourceDefinition{}
+		if err := Into(objs.Get("CustomResourceDefinition", "widgets.widgetry.io"), c); err != nil {
+			t.Fatal(err)
+		}
+		if len(c.Spec.Versions) != 1 || c.Spec.Versions[0].Name != "v1" || !c.Spec.Versions[0].Served || !c.Spec.Versions[0].Storage {
+			t.Errorf("CRD versions at remove: %+v", c.Spec.Versions)
 		}
 	},
 }, {
