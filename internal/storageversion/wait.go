@@ -34,13 +34,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/widgetry/widget-operator/internal/apiservers"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/widgetry/widget-operator/internal/apiservers"
 )
 
 // Defaults of Options.

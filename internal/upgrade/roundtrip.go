@@ -80,14 +80,14 @@ func (r *RoundTripReport) roundTrip(ctx context.Context, c client.Client, versio
 	if g, w := read.GetGeneration(), written.GetGeneration(); g != w {
 		r.Lossy = append(r.Lossy, fmt.Sprintf("%s %s: writing back what was read would change the stored spec (generation %d -> %d)", version, objectName(read), g, w))
 	}
-	for _, d := range fielddiff.Diff(comparable(read), comparable(written)) {
+	for _, d := range fielddiff.Diff(withoutWriteFields(read), withoutWriteFields(written)) {
 		r.Lossy = append(r.Lossy, fmt.Sprintf("%s %s: %s", version, objectName(read), d))
 	}
 	return nil
 }
 
-// comparable is an object without what every write moves.
-func comparable(o *unstructured.Unstructured) map[string]any {
+// withoutWriteFields is an object without what every write moves.
+func withoutWriteFields(o *unstructured.Unstructured) map[string]any {
 	c := o.DeepCopy()
 	for _, f := range []string{"resourceVersion", "managedFields", "generation"} {
 		unstructured.RemoveNestedField(c.Object, "metadata", f)
