@@ -54,6 +54,7 @@ type trafficFlags struct {
 	namespace   string
 	window      time.Duration
 	allowReason string
+	auditLog    string
 }
 
 func (f *trafficFlags) bind(fl *pflag.FlagSet) {
@@ -61,6 +62,7 @@ func (f *trafficFlags) bind(fl *pflag.FlagSet) {
 	fl.StringVar(&f.namespace, "records-namespace", "", "namespace of the ConfigMaps the upgrade keeps its records in: request counts between checks, backups taken (default: the context's namespace; the release namespace in a cluster)")
 	fl.DurationVar(&f.window, "old-version-traffic-window", upgrade.DefaultTrafficWindow, "unserve and remove are refused while the old version served requests within this window (and since the storage flip, for unserve)")
 	fl.StringVar(&f.allowReason, "allow-old-version-traffic", "", "let unserve or remove through despite requests to the old version; the reason is recorded in an event on the CRD")
+	fl.StringVar(&f.auditLog, "audit-log", "", "a kube-apiserver audit log (JSON lines) readable here: a refusal for old-version traffic then names the clients")
 }
 
 // check builds the engine's traffic check with c's credentials.
@@ -80,7 +82,7 @@ func (f *trafficFlags) check(g *GlobalOptions, rc *rest.Config, c client.Client,
 	}
 	return &upgrade.TrafficCheck{
 		Ledger: apitraffic.Ledger{Client: c, Namespace: orDefault(f.namespace, g.Namespace()), Name: apitraffic.LedgerName(crdName)},
-		HTTP:   hc, Instances: instances, Window: f.window, AllowReason: f.allowReason,
+		HTTP:   hc, Instances: instances, Window: f.window, AllowReason: f.allowReason, AuditLog: f.auditLog,
 	}, nil
 }
 

@@ -36,8 +36,26 @@ type TrafficCheck struct {
 	// AllowReason, when set, lets the step through despite traffic, recording the reason and
 	// the counts in an event on the CRD.
 	AllowReason string
+	// AuditLog, when set, is a kube-apiserver audit log readable here: the refusal then names
+	// the clients (user and user agent) of the requests through Old.
+	AuditLog string
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+}
+
+// clients names the clients of the traffic t from the audit log, when one is configured.
+func (tc *TrafficCheck) clients(t apitraffic.Traffic) string {
+	if tc.AuditLog == "" {
+		return ""
+	}
+	c, err := apitraffic.AuditClients(tc.AuditLog, t.Resource, t.Since)
+	switch {
+	case err != nil:
+		return "; clients unknown: " + err.Error()
+	case len(c) == 0:
+		return "; the audit log " + tc.AuditLog + " names no client (is the resource audited at level Metadata?)"
+	}
+	return "; clients (audit log): " + c.String()
 }
 
 func (tc *TrafficCheck) now() time.Time {
@@ -154,7 +172,7 @@ func oldVersionTraffic(ctx context.Context, c client.Client, tc *TrafficCheck, c
 	case base == nil:
 		problem = fmt.Errorf("there is no earlier count to compare with (none was recorded at the storage flip); counted now: %s; rerun after %s without %s requests, so the traffic within that window is known", t, tc.window(), cfg.Old)
 	case t.Total() > 0:
-		problem = fmt.Errorf("%s is still in use: %s; move those clients to %s (the apiserver's audit log names them), then rerun once %s passed without %s requests", cfg.Old, t, cfg.New, tc.window(), cfg.Old)
+		problem = fmt.Errorf("%s is still in use: %s%s; move those clients to %s (the apiserver's audit log names them: --audit-log), then rerun once %s passed without %s requests", cfg.Old, t, tc.clients(t), cfg.New, tc.window(), cfg.Old)
 	}
 	passed := problem == nil || tc.AllowReason != ""
 	if passed && to == crd.StageUnserve {

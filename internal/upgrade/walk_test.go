@@ -6,6 +6,7 @@ import (
 	"context"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,7 +50,13 @@ type rig struct {
 
 func newRig(t *testing.T) *rig {
 	r := &rig{t: t, cfg: upgrade.WidgetConfig()}
-	r.env, r.hook = widgetenv.StartAtStage(t, crd.StageInitial, testenv.Options{})
+	// An audit log at level Metadata for Widgets: the traffic check names the clients.
+	dir := t.TempDir()
+	policy, auditLog := filepath.Join(dir, "audit-policy.yaml"), filepath.Join(dir, "audit.log")
+	if err := os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n  - level: Metadata\n    resources: [{group: widgetry.io}]\n  - level: None\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.env, r.hook = widgetenv.StartAtStage(t, crd.StageInitial, testenv.Options{APIServerFlags: map[string]string{"audit-policy-file": policy, "audit-log-path": auditLog}})
 	r.fleet = &widgetenv.Fleet{Client: r.env.Client, Namespace: ns, N: objects(), Workers: 8}
 	hc, err := apiservers.HTTPClient(r.env.Config, "", 10*time.Second)
 	if err != nil {
@@ -59,7 +66,7 @@ func newRig(t *testing.T) *rig {
 	// refused check passes on a rerun after it.
 	traffic := &upgrade.TrafficCheck{
 		Ledger: apitraffic.Ledger{Client: r.env.Client, Namespace: "widget-system", Name: apitraffic.LedgerName(crd.WidgetName)},
-		HTTP:   hc, Window: trafficWindow,
+		HTTP:   hc, Window: trafficWindow, AuditLog: auditLog,
 		Instances: func(context.Context) ([]string, error) {
 			u, err := url.Parse(r.env.Config.Host)
 			return []string{u.Host}, err
@@ -278,8 +285,9 @@ func (r *rig) unserveTraffic() {
 	before := r.observe()
 	err := r.step(crd.StageUnserve)
 	if !upgrade.IsRefusal(err) || !strings.Contains(err.Error(), "no-old-version-traffic") || !strings.Contains(err.Error(), "v1alpha1 is still in use") ||
-		!strings.Contains(err.Error(), "PUT ") || !strings.Contains(err.Error(), "LIST ") {
-		r.t.Fatalf("unserve after v1alpha1 writes and reads: %v, want a refusal with the counts by verb", err)
+		!strings.Contains(err.Error(), "PUT ") || !strings.Contains(err.Error(), "LIST ") || !strings.Contains(err.Error(), "clients (audit log): ") ||
+		!strings.Contains(err.Error(), " update ") {
+		r.t.Fatalf("unserve after v1alpha1 writes and reads: %v, want a refusal with the counts by verb and the clients", err)
 	}
 	if after := r.observe(); after.ResourceVersion != before.ResourceVersion {
 		r.t.Fatal("the refused step changed the CRD")
