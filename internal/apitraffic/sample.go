@@ -14,7 +14,14 @@
 //
 // Only what the apiservers see is counted, so the operator's own hooks and tests, which read
 // and write through the newest served version, never count. The clients themselves are not
-// named: the apiserver's metrics do not carry them (its audit log does, where one is kept).
+// named: the apiserver's metrics do not carry them (its audit log does, where one is kept:
+// AuditClients).
+//
+// Watches alone do not show a client: kube-controller-manager's garbage collector and
+// resource-quota informers keep watching every version they once preferred until it stops
+// being served (seen on the real node: one watch of v1alpha1 open through the whole walk),
+// and an informer that cannot be stopped renews its watch every few minutes. Traffic.Calls
+// counts the rest: reads and writes, which only a client of the version makes.
 package apitraffic
 
 import (
@@ -195,6 +202,18 @@ type Traffic struct {
 	// instances, restarts, instances new since the baseline).
 	Reachable int
 	Notes     []string
+}
+
+// Calls is the number of requests other than watches: reads and writes, which only a client
+// of the version makes.
+func (t Traffic) Calls() float64 {
+	n := 0.0
+	for verb, v := range t.ByVerb {
+		if verb != "WATCH" {
+			n += v
+		}
+	}
+	return n
 }
 
 // Total is the number of requests plus the open watches.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,6 +42,24 @@ type TrafficCheck struct {
 	AuditLog string
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+}
+
+// watchClients names the clients in the audit log that watched Old in t's window, other than
+// kube-controller-manager and the controllers it runs; "" when there is none.
+func (tc *TrafficCheck) watchClients(t apitraffic.Traffic) string {
+	c, err := apitraffic.AuditClients(tc.AuditLog, t.Resource, t.Since)
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	for k := range c {
+		if strings.HasPrefix(k, "system:kube-controller-manager ") || strings.HasPrefix(k, "system:serviceaccount:kube-system:") {
+			delete(c, k)
+		}
+	}
+	if len(c) == 0 {
+		return ""
+	}
+	return c.String()
 }
 
 // clients names the clients of the traffic t from the audit log, when one is configured.
@@ -171,8 +190,12 @@ func oldVersionTraffic(ctx context.Context, c client.Client, tc *TrafficCheck, c
 		problem = fmt.Errorf("no kube-apiserver instance could be asked how many %s requests it served: %s", r, t)
 	case base == nil:
 		problem = fmt.Errorf("there is no earlier count to compare with (none was recorded at the storage flip); counted now: %s; rerun after %s without %s requests, so the traffic within that window is known", t, tc.window(), cfg.Old)
-	case t.Total() > 0:
+	case t.Calls() > 0:
 		problem = fmt.Errorf("%s is still in use: %s%s; move those clients to %s (the apiserver's audit log names them: --audit-log), then rerun once %s passed without %s requests", cfg.Old, t, tc.clients(t), cfg.New, tc.window(), cfg.Old)
+	case t.Total() > 0 && tc.AuditLog != "":
+		if watchers := tc.watchClients(t); watchers != "" {
+			problem = fmt.Errorf("%s is still watched: %s; clients (audit log) other than kube-controller-manager: %s; move them to %s, then rerun once %s passed", cfg.Old, t, watchers, cfg.New, tc.window())
+		}
 	}
 	passed := problem == nil || tc.AllowReason != ""
 	if passed && to == crd.StageUnserve {
@@ -181,7 +204,14 @@ func oldVersionTraffic(ctx context.Context, c client.Client, tc *TrafficCheck, c
 	if err := tc.Ledger.Append(ctx, now); err != nil {
 		return "", err
 	}
-	if problem == nil {
+	switch {
+	case problem == nil && t.Total() > 0 && tc.AuditLog != "":
+		return "watches only, all by kube-controller-manager (audit log): " + t.String(), nil
+	case problem == nil && t.Total() > 0:
+		// kube-controller-manager's informers keep a watch of every version they once
+		// preferred until it is unserved: watches alone do not show a client.
+		return "WARNING: watches only: " + t.String() + "; kube-controller-manager's garbage collector and resource quota keep watching a version they once preferred until it is unserved, so watches alone do not show a client; the audit log does (--audit-log)", nil
+	case problem == nil:
 		return t.String(), nil
 	}
 	if tc.AllowReason == "" {
