@@ -1,7 +1,7 @@
 // Package backup writes every object of a CRD, as each served version shows it, and the CRD
 // itself to a directory, and compares the live objects with such a backup field by field
 // (internal/fielddiff: a missing list is not an empty one). The flip-storage runbook takes one
-// first: rollback case 2 of the staged upgrade (seed 001) assumes it exists.
+// first: its rollback case 2 (fields lost by clients of the old version) restores from it.
 //
 // Layout of a backup directory:
 //

@@ -1,6 +1,8 @@
 // Package fielddiff compares two JSON documents field by field and names every path where they
-// differ, telling a missing field from null, from an empty list and from an empty map: the
-// difference seed 001 §14 warns conversions lose, and that equality.Semantic hides.
+// differ, telling a missing field from null, from an empty list and from an empty map. A
+// conversion that turns an empty list into a missing one changes what a client reads back
+// (v1alpha1 keeps the two apart with omitzero for that reason), and equality.Semantic calls
+// them equal, so verify, backups and the round trip compare with this instead.
 package fielddiff
 
 import (

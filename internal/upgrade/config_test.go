@@ -16,8 +16,9 @@ func widget(apiVersion string, spec map[string]any) *unstructured.Unstructured {
 }
 
 // TestCompareWidgetVersionsIsStrict: the two reads of a Widget must agree field by field. An
-// empty endpoints list read through v1alpha1 against no endpoints through v1 is the hazard
-// seed 001 §14 names (equality.Semantic calls them equal); a changed port is the plain case.
+// empty endpoints list read through v1alpha1 against no endpoints through v1 is a conversion
+// losing the difference between empty and missing (equality.Semantic calls them equal); a
+// changed port is the plain case.
 func TestCompareWidgetVersionsIsStrict(t *testing.T) {
 	alpha := func(endpoints any) *unstructured.Unstructured {
 		spec := map[string]any{"image": "i", "replicas": int64(1)}

@@ -154,8 +154,11 @@ func (tc *TrafficCheck) count(ctx context.Context, cfg Config, live *apiextensio
 // the CRD is at (the window unserve's check would use, and remove's once at unserve or
 // later), recording nothing: widgetctl upgrade status shows it.
 func TrafficReport(ctx context.Context, tc *TrafficCheck, cfg Config, o *Observation) (string, error) {
-	if tc == nil || o.live == nil {
-		return "", errors.New("not counted: the CRD is not installed")
+	switch {
+	case tc == nil:
+		return "", errors.New("no way to count requests was configured")
+	case o.live == nil:
+		return "", errors.New("the CRD is not installed")
 	}
 	stage := crd.StageUnserve
 	if o.Stage == crd.StageUnserve || o.Stage == crd.StageRemove {
@@ -187,7 +190,7 @@ func oldVersionTraffic(ctx context.Context, c client.Client, tc *TrafficCheck, c
 	var problem error
 	switch {
 	case t.Reachable == 0:
-		problem = fmt.Errorf("no kube-apiserver instance could be asked how many %s requests it served: %s", r, t)
+		problem = fmt.Errorf("no kube-apiserver instance could be asked how many %s requests it served: %s; from outside the cluster's network name reachable instances with --apiserver-instances host:port (or run the check in the cluster: the chart's preflight hook does)", r, t)
 	case base == nil:
 		problem = fmt.Errorf("there is no earlier count to compare with (none was recorded at the storage flip); counted now: %s; rerun after %s without %s requests, so the traffic within that window is known", t, tc.window(), cfg.Old)
 	case t.Calls() > 0:
@@ -206,7 +209,7 @@ func oldVersionTraffic(ctx context.Context, c client.Client, tc *TrafficCheck, c
 	}
 	switch {
 	case problem == nil && t.Total() > 0 && tc.AuditLog != "":
-		return "watches only, all by kube-controller-manager (audit log): " + t.String(), nil
+		return "watches only, and the audit log names no watcher but kube-controller-manager: " + t.String(), nil
 	case problem == nil && t.Total() > 0:
 		// kube-controller-manager's informers keep a watch of every version they once
 		// preferred until it is unserved: watches alone do not show a client.

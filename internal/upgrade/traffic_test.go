@@ -63,7 +63,7 @@ process_start_time_seconds 1
 	}{
 		{"nothing", 0, 0, 0, "", "", ": none"},
 		{"watches only", 0, 2, 1, "", "", "WARNING: watches only: "},
-		{"watches only, all by kube-controller-manager", 0, 3, 1, auditLine("system:kube-controller-manager"), "", "all by kube-controller-manager"},
+		{"watches only, all by kube-controller-manager", 0, 3, 1, auditLine("system:kube-controller-manager"), "", "no watcher but kube-controller-manager"},
 		{"watches by an old operator", 0, 4, 1, auditLine("system:kube-controller-manager") + auditLine("system:serviceaccount:shop:old-operator"), "still watched", ""},
 		{"a GET", 1, 4, 1, "", "still in use", ""},
 	} {
