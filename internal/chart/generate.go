@@ -144,18 +144,29 @@ func RenderReadme(readme, values []byte) ([]byte, error) {
 	}
 	var b bytes.Buffer
 	b.Write(readme[:begin+len(valuesBegin)])
-	b.WriteString("\n| Value | Type | Default | Description |\n| --- | --- | --- | --- |\n")
+	section := "\x00"
 	for _, v := range vals {
+		if v.Section != section {
+			section = v.Section
+			if section != "" {
+				fmt.Fprintf(&b, "\n### %s\n", section)
+			}
+			b.WriteString("\n| Value | Type | Default | Description |\n| --- | --- | --- | --- |\n")
+		}
 		fmt.Fprintf(&b, "| `%s` | %s | `%s` | %s |\n", v.Path, v.Type, strings.ReplaceAll(v.Default, "|", `\|`), strings.ReplaceAll(v.Description, "|", `\|`))
 	}
 	b.Write(readme[end:])
 	return b.Bytes(), nil
 }
 
-// Value is one documented value of values.yaml.
+// Value is one documented value of values.yaml, in the README section it belongs to.
 type Value struct {
-	Path, Type, Default, Description string
+	Path, Type, Default, Description, Section string
 }
+
+// sectionMarker in a top-level key's comment starts a README section (helm-docs' syntax):
+// "# @section -- Title". Keys before the first marker have no section.
+const sectionMarker = "# @section --"
 
 // Values lists the documented values of values.yaml, in file order: every key with a "# --"
 // comment whose value is a scalar, a list, or a map without documented keys of its own. A
@@ -170,11 +181,20 @@ func Values(valuesYAML []byte) ([]Value, error) {
 		return nil, fmt.Errorf("values.yaml is not a mapping")
 	}
 	var out []Value
+	section := ""
 	var walk func(prefix string, m *yaml.Node) error
 	walk = func(prefix string, m *yaml.Node) error {
 		for i := 0; i+1 < len(m.Content); i += 2 {
 			k, v := m.Content[i], m.Content[i+1]
 			path := prefix + k.Value
+			for _, line := range strings.Split(k.HeadComment, "\n") {
+				if title, ok := strings.CutPrefix(strings.TrimSpace(line), sectionMarker); ok {
+					if prefix != "" {
+						return fmt.Errorf("values.yaml: %s: a section starts only at a top-level key", path)
+					}
+					section = strings.TrimSpace(title)
+				}
+			}
 			desc := description(k.HeadComment)
 			if v.Kind == yaml.MappingNode && len(v.Content) > 0 && documentsChildren(v) {
 				if err := walk(path+".", v); err != nil {
@@ -193,7 +213,7 @@ func Values(valuesYAML []byte) ([]Value, error) {
 			if err != nil {
 				return err
 			}
-			out = append(out, Value{Path: path, Type: typeOf(val), Default: string(def), Description: desc})
+			out = append(out, Value{Path: path, Type: typeOf(val), Default: string(def), Description: desc, Section: section})
 		}
 		return nil
 	}

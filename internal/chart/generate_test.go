@@ -54,8 +54,11 @@ a:
   res:
     limits:
       cpu: 1
+# @section -- Maps
 # -- Free map.
 m: {}
+# -- In the same section.
+n: 1
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +66,8 @@ m: {}
 	want := []Value{
 		{Path: "a.stage", Type: "string", Default: `"initial"`, Description: "The stage. Continues here."},
 		{Path: "a.res", Type: "object", Default: `{"limits":{"cpu":1}}`, Description: "Resources."},
-		{Path: "m", Type: "object", Default: `{}`, Description: "Free map."},
+		{Path: "m", Type: "object", Default: `{}`, Description: "Free map.", Section: "Maps"},
+		{Path: "n", Type: "integer", Default: `1`, Description: "In the same section.", Section: "Maps"},
 	}
 	if len(vals) != len(want) {
 		t.Fatalf("got %+v", vals)
@@ -75,5 +79,14 @@ m: {}
 	}
 	if _, err := Values([]byte("a:\n  # -- documented\n  b: 1\n  c: 2\n")); err == nil || !strings.Contains(err.Error(), "a.c") {
 		t.Errorf("an undocumented value passed: %v", err)
+	}
+	readme, err := RenderReadme([]byte("# R\n"+valuesBegin+"\nold\n"+valuesEnd+"\n"), []byte("# -- First.\nf: 1\n# @section -- Second\n# -- S.\ns: x\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := "| Value | Type | Default | Description |\n| --- | --- | --- | --- |\n"
+	wantReadme := "# R\n" + valuesBegin + "\n" + table + "| `f` | integer | `1` | First. |\n\n### Second\n\n" + table + "| `s` | string | `\"x\"` | S. |\n" + valuesEnd + "\n"
+	if string(readme) != wantReadme {
+		t.Errorf("README:\n%s\nwant:\n%s", readme, wantReadme)
 	}
 }

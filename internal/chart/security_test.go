@@ -22,10 +22,10 @@ func allParts(t *testing.T) Objects {
 		"monitoring.prometheusRule.enabled", true, "monitoring.dashboards.enabled", true, "networkPolicy.enabled", true), MonitoringAPIs...)
 }
 
-// TestPodSecurityRestricted: every pod the chart creates (manager, hook Jobs, test pod)
-// passes Pod Security "restricted" and has a read-only root filesystem.
-func TestPodSecurityRestricted(t *testing.T) {
-	objs := allParts(t)
+// podSpecs are the specs of every pod the chart creates: the manager's ("Deployment"), each
+// hook Job's ("Job <name>") and the test pod's ("test Pod").
+func podSpecs(t *testing.T, objs Objects) map[string]corev1.PodSpec {
+	t.Helper()
 	specs := map[string]corev1.PodSpec{"Deployment": deployment(t, objs).Spec.Template.Spec}
 	for _, u := range objs.Kind("Job") {
 		specs["Job "+u.GetName()] = job(t, objs, u.GetName()).Spec.Template.Spec
@@ -35,6 +35,13 @@ func TestPodSecurityRestricted(t *testing.T) {
 		t.Fatal(err)
 	}
 	specs["test Pod"] = pod.Spec
+	return specs
+}
+
+// TestPodSecurityRestricted: every pod the chart creates (manager, hook Jobs, test pod)
+// passes Pod Security "restricted" and has a read-only root filesystem.
+func TestPodSecurityRestricted(t *testing.T) {
+	specs := podSpecs(t, allParts(t))
 	if len(specs) != 6 {
 		t.Fatalf("want the Deployment, 4 Jobs (preflight, wait-webhooks, migrate, cleanup-finalizers) and the test pod, got %d", len(specs))
 	}

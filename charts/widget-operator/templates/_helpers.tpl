@@ -40,11 +40,55 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: widget-operator
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
-{{/* Image reference. */}}
+{{/*
+commonAnnotations as entries of an annotations map, each on a new line indented by "indent"
+(nothing when there are none): the first thing under an object's own "annotations:".
+Arguments: dict "root" $ "indent" N.
+*/}}
+{{- define "widget-operator.commonAnnotations" -}}
+{{- with .root.Values.commonAnnotations }}
+{{- toYaml . | nindent $.indent }}
+{{- end }}
+{{- end }}
+
+{{/*
+metadata.annotations of an object with none of its own: commonAnnotations, if any, on a new
+line indented by "indent". Arguments: dict "root" $ "indent" N.
+*/}}
+{{- define "widget-operator.annotations" -}}
+{{- with .root.Values.commonAnnotations }}
+{{- "annotations:" | nindent $.indent }}
+{{- toYaml . | nindent (add $.indent 2 | int) }}
+{{- end }}
+{{- end }}
+
+{{/* Image reference: [registry/]repository, then @digest or :tag. */}}
 {{- define "widget-operator.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion | default "dev") }}
+{{- $repo := .Values.image.repository }}
+{{- with .Values.image.registry }}
+{{- $repo = printf "%s/%s" (trimSuffix "/" .) $repo }}
+{{- end }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" $repo .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repo (.Values.image.tag | default .Chart.AppVersion | default "dev") }}
+{{- end }}
+{{- end }}
+
+{{/* The manager's ServiceAccount. */}}
+{{- define "widget-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- .Values.serviceAccount.name | default (include "widget-operator.fullname" .) }}
+{{- else if .Values.serviceAccount.name }}
+{{- .Values.serviceAccount.name }}
+{{- else }}
+{{- fail "serviceAccount.create=false needs serviceAccount.name: the existing ServiceAccount the manager runs as" }}
+{{- end }}
 {{- end }}
 
 {{/* Names of the generated objects. */}}
@@ -69,24 +113,12 @@ app.kubernetes.io/part-of: widget-operator
 cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "widget-operator.servingCertificateName" .) }}
 {{- end }}
 
-{{/* Pod and container security context of Pod Security "restricted". */}}
+{{/* Pod and container security contexts (values; the defaults meet Pod Security "restricted"). */}}
 {{- define "widget-operator.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-fsGroup: 65532
-seccompProfile:
-  type: RuntimeDefault
+{{- toYaml .Values.podSecurityContext }}
 {{- end }}
 {{- define "widget-operator.containerSecurityContext" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-runAsNonRoot: true
-capabilities:
-  drop:
-    - ALL
-seccompProfile:
-  type: RuntimeDefault
+{{- toYaml .Values.containerSecurityContext }}
 {{- end }}
 
 {{/*
@@ -121,6 +153,21 @@ Arguments: dict "root" $ "name" container-name "args" (list of widgetctl argumen
 {{- $root := .root -}}
 serviceAccountName: {{ include "widget-operator.hooksName" $root }}
 automountServiceAccountToken: true
+{{- with $root.Values.hookPods.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $root.Values.hookPods.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $root.Values.hookPods.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $root.Values.hookPods.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 # The preflight reaches the webhook Service by its ClusterIP from the service link variables,
 # as the apiserver does (no cluster DNS needed).
 enableServiceLinks: true
@@ -146,7 +193,7 @@ containers:
           fieldRef:
             fieldPath: metadata.namespace
     resources:
-      {{- toYaml $root.Values.hookResources | nindent 6 }}
+      {{- toYaml $root.Values.hookPods.resources | nindent 6 }}
     securityContext:
       {{- include "widget-operator.containerSecurityContext" $root | nindent 6 }}
     volumeMounts:
@@ -178,6 +225,7 @@ template:
     labels:
       {{- include "widget-operator.labels" .root | nindent 6 }}
       app.kubernetes.io/component: hooks
+    {{- include "widget-operator.annotations" (dict "root" .root "indent" 4) }}
   spec:
     {{- include "widget-operator.widgetctlPodSpec" . | nindent 4 }}
 {{- end }}
@@ -191,4 +239,67 @@ the Service without DNS. Before the Service exists (a first install) there is no
 {{- define "widget-operator.webhookProbeURL" -}}
 {{- $var := include "widget-operator.webhookServiceName" . | upper | replace "-" "_" | replace "." "_" -}}
 https://$({{ $var }}_SERVICE_HOST):443/convert
+{{- end }}
+
+{{/*
+A Go duration ("1h30m", "10s", "500ms") in seconds, as a float: the cross-field checks compare
+durations the schema only checks the form of.
+*/}}
+{{- define "widget-operator.seconds" -}}
+{{- $total := 0.0 }}
+{{- $units := dict "h" 3600.0 "m" 60.0 "s" 1.0 "ms" 0.001 "us" 0.000001 "µs" 0.000001 "ns" 0.000000001 }}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h)" (toString .) -1 }}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" . }}
+{{- $total = addf $total (mulf (float64 $number) (get $units (trimPrefix $number .))) }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/*
+Checks across values that the schema cannot express; each failure says what to change. The
+Helm version: the chart relies on helm.sh/hook-output-log-policy (Helm 3.18) to print its
+hooks' output, among them the preflight's refusals.
+*/}}
+{{- define "widget-operator.validate" -}}
+{{- $minHelm := "3.18.0" }}
+{{- if semverCompare (printf "<%s-0" $minHelm) .Capabilities.HelmVersion.Version }}
+{{- fail (printf "this chart needs Helm %s or newer (it prints its hooks' output with helm.sh/hook-output-log-policy); this is Helm %s" $minHelm .Capabilities.HelmVersion.Version) }}
+{{- end }}
+{{- $ports := dict }}
+{{- $named := list (list "webhook.port" .Values.webhook.port) (list "manager.healthPort" .Values.manager.healthPort) }}
+{{- if .Values.metrics.port }}
+{{- $named = append $named (list "metrics.port" .Values.metrics.port) }}
+{{- end }}
+{{- range $named }}
+{{- $key := toString (index . 1) }}
+{{- if hasKey $ports $key }}
+{{- fail (printf "%s and %s are both %s: the manager's webhook, health and metrics servers need a port each" (get $ports $key) (index . 0) $key) }}
+{{- end }}
+{{- $_ := set $ports $key (index . 0) }}
+{{- end }}
+{{- $le := .Values.manager.leaderElection }}
+{{- $lease := include "widget-operator.seconds" $le.leaseDuration | float64 }}
+{{- $renew := include "widget-operator.seconds" $le.renewDeadline | float64 }}
+{{- $retry := include "widget-operator.seconds" $le.retryPeriod | float64 }}
+{{- if not (gt $lease $renew) }}
+{{- fail (printf "manager.leaderElection: leaseDuration (%s) must be longer than renewDeadline (%s), or a leader could lose its lease before it gives up leading" $le.leaseDuration $le.renewDeadline) }}
+{{- end }}
+{{- if not (gt $renew (mulf $retry 1.2)) }}
+{{- fail (printf "manager.leaderElection: renewDeadline (%s) must be longer than 1.2 × retryPeriod (%s): client-go's leader election refuses otherwise" $le.renewDeadline $le.retryPeriod) }}
+{{- end }}
+{{- $cm := .Values.certManager }}
+{{- if not (lt (include "widget-operator.seconds" $cm.renewBefore | float64) (include "widget-operator.seconds" $cm.duration | float64)) }}
+{{- fail (printf "certManager.renewBefore (%s) must be shorter than certManager.duration (%s)" $cm.renewBefore $cm.duration) }}
+{{- end }}
+{{- if not (lt (include "widget-operator.seconds" $cm.caRenewBefore | float64) (include "widget-operator.seconds" $cm.caDuration | float64)) }}
+{{- fail (printf "certManager.caRenewBefore (%s) must be shorter than certManager.caDuration (%s)" $cm.caRenewBefore $cm.caDuration) }}
+{{- end }}
+{{- $shutdown := addf (include "widget-operator.seconds" .Values.manager.drainDelay | float64) (include "widget-operator.seconds" .Values.manager.gracefulShutdownTimeout | float64) }}
+{{- if not (gt (float64 .Values.terminationGracePeriodSeconds) $shutdown) }}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must exceed manager.drainDelay + manager.gracefulShutdownTimeout (%s + %s), or the kubelet kills the manager before it drained" .Values.terminationGracePeriodSeconds .Values.manager.drainDelay .Values.manager.gracefulShutdownTimeout) }}
+{{- end }}
+{{- $pdb := .Values.podDisruptionBudget }}
+{{- if and (ne (toString $pdb.minAvailable) "") (ne (toString $pdb.maxUnavailable) "") }}
+{{- fail "podDisruptionBudget: set minAvailable or maxUnavailable, not both" }}
+{{- end }}
 {{- end }}

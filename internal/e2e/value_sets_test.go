@@ -1,0 +1,264 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	widgetchart "github.com/widgetry/widget-operator/internal/chart"
+	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/testenv"
+	"github.com/widgetry/widget-operator/internal/testenv/cluster"
+	"github.com/widgetry/widget-operator/internal/testenv/prereq"
+)
+
+// corpCA is a CA ClusterIssuer standing in for a company's own (the minimal value set's
+// certManager.issuerRef): a self-signed root in cert-manager's cluster resource namespace.
+const corpCA = `apiVersion: v1
+kind: Namespace
+metadata:
+  name: cert-manager
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: monitoring
+---
+apiVersion: cert-manager.io/v1
+kind: ClusterIssuer
+metadata:
+  name: corp-root
+spec:
+  selfSigned: {}
+---
+apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata:
+  name: corp-ca
+  namespace: cert-manager
+spec:
+  isCA: true
+  commonName: corp-ca
+  secretName: corp-ca
+  privateKey: {algorithm: ECDSA, size: 256}
+  issuerRef: {name: corp-root, kind: ClusterIssuer, group: cert-manager.io}
+---
+apiVersion: cert-manager.io/v1
+kind: ClusterIssuer
+metadata:
+  name: corp-ca
+spec:
+  ca:
+    secretName: corp-ca
+`
+
+// TestChartValueSets is chart-testing's install on the real node, with Helm 4: every value
+// set in charts/widget-operator/ci is installed in a namespace of its own (Pod Security
+// restricted, privileged only for hostNetwork) with --wait and its hooks, checked for what
+// the set changes on the live objects, smoke-tested with helm test (a Widget written through
+// the webhooks and read back), and uninstalled: nothing the release created is left but the
+// CRD (helm.sh/resource-policy: keep), which the test deletes before the next set.
+func TestChartValueSets(t *testing.T) {
+	c := cluster.Start(t)
+	c.ImportOperatorImage(t)
+	c.StartCertManager(t)
+	c.Kubectl(t, "apply", "--server-side", "-f", filepath.Join(c.Bin, "prometheus-operator-crds"))
+	manifest := filepath.Join(t.TempDir(), "corp-ca.yaml")
+	if err := os.WriteFile(manifest, []byte(corpCA), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.Kubectl(t, "apply", "-f", manifest)
+	c.Kubectl(t, "wait", "--for=condition=Ready", "--timeout=2m", "clusterissuer/corp-ca")
+
+	chart := filepath.Join(prereq.RepoRoot(t), widgetchart.Dir)
+	files, err := filepath.Glob(filepath.Join(chart, "ci", "*-values.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no ci/*-values.yaml: %v", err)
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), "-values.yaml")
+		if !t.Run(name, func(t *testing.T) { installValueSet(t, c, chart, f, name) }) {
+			return
+		}
+	}
+}
+
+// valueSetChecks are what a value set changes on the live objects, beyond the install
+// succeeding (every pod Ready, the webhooks answering) and helm test passing.
+var valueSetChecks = map[string]func(t *testing.T, c *cluster.Cluster, ns string){
+	"hostnetwork": func(t *testing.T, c *cluster.Cluster, ns string) {
+		for _, p := range managerPodsIn(t, c, ns) {
+			if !p.Spec.HostNetwork || p.Status.PodIP != p.Status.HostIP {
+				t.Errorf("pod %s: hostNetwork %t, pod IP %s, host IP %s", p.Metadata.Name, p.Spec.HostNetwork, p.Status.PodIP, p.Status.HostIP)
+			}
+		}
+		// The webhook Service's endpoint is the node's address on the webhook port.
+		eps := c.Kubectl(t, "-n", ns, "get", "endpointslices", "-l", "kubernetes.io/service-name=widget-operator-webhook",
+			"-o", "jsonpath={.items[*].ports[*].port} {.items[*].endpoints[*].addresses[*]}")
+		if !strings.HasPrefix(eps, "10260 ") {
+			t.Errorf("webhook endpoints: %q, want port 10260 on the node's address", eps)
+		}
+	},
+	"priority": func(t *testing.T, c *cluster.Cluster, ns string) {
+		for _, p := range managerPodsIn(t, c, ns) {
+			if p.Spec.PriorityClassName != "system-cluster-critical" || p.Spec.Priority < 2000000000 {
+				t.Errorf("pod %s: priorityClassName %q priority %d", p.Metadata.Name, p.Spec.PriorityClassName, p.Spec.Priority)
+			}
+		}
+		// The chart's quota counts the critical pods (the finished hook pods leave it as the
+		// quota controller catches up): it is the one that admits them.
+		testenv.Eventually(t, time.Minute, "the critical-pods quota counts the two manager replicas", func() error {
+			if used := c.Kubectl(t, "-n", ns, "get", "resourcequota", "widget-operator-critical-pods", "-o", "jsonpath={.status.used.pods}/{.status.hard.pods}"); used != "2/12" {
+				return fmt.Errorf("used/hard = %s, want 2/12", used)
+			}
+			return nil
+		})
+	},
+	"openshift": func(t *testing.T, c *cluster.Cluster, ns string) {
+		for _, p := range managerPodsIn(t, c, ns) {
+			if sc := p.Spec.SecurityContext; sc.RunAsUser != 1000680000 || sc.RunAsGroup != 0 {
+				t.Errorf("pod %s runs as %d:%d, want 1000680000 with no group set", p.Metadata.Name, sc.RunAsUser, sc.RunAsGroup)
+			}
+		}
+	},
+	"serviceaccount": func(t *testing.T, c *cluster.Cluster, ns string) {
+		for _, p := range managerPodsIn(t, c, ns) {
+			if p.Spec.ServiceAccountName != "widget-manager" {
+				t.Errorf("pod %s runs as %s, want widget-manager", p.Metadata.Name, p.Spec.ServiceAccountName)
+			}
+		}
+		if got := c.Kubectl(t, "-n", ns, "get", "serviceaccount", "widget-manager", "-o", "jsonpath={.automountServiceAccountToken}"); got != "false" {
+			t.Errorf("ServiceAccount widget-manager automountServiceAccountToken = %q", got)
+		}
+	},
+	"customisation": func(t *testing.T, c *cluster.Cluster, ns string) {
+		for _, p := range managerPodsIn(t, c, ns) {
+			if p.Metadata.Labels["team"] != "platform" || p.Metadata.Annotations["widgetry.io/owner"] != "platform-team" {
+				t.Errorf("pod %s lacks the common label or annotation: %v %v", p.Metadata.Name, p.Metadata.Labels, p.Metadata.Annotations)
+			}
+		}
+		// Every object of the release carries the common label.
+		all, labelled := releaseObjects(t, c, "app.kubernetes.io/instance=widget-operator"), releaseObjects(t, c, "team=platform")
+		if len(all) < 20 || strings.Join(all, " ") != strings.Join(labelled, " ") {
+			t.Errorf("objects of the release: %v\nwith the common label: %v", all, labelled)
+		}
+		env := c.Kubectl(t, "-n", ns, "get", "deploy", "widget-operator", "-o", "jsonpath={.spec.template.spec.containers[0].env[*].name} {.spec.template.spec.containers[0].volumeMounts[*].mountPath}")
+		if !strings.Contains(env, "GODEBUG") || !strings.Contains(env, "/etc/widget-operator/extra") {
+			t.Errorf("the manager container lacks the extra env or mount: %s", env)
+		}
+	},
+	"monitoring": func(t *testing.T, c *cluster.Cluster, ns string) {
+		c.Kubectl(t, "-n", ns, "get", "servicemonitor", "widget-operator")
+		c.Kubectl(t, "-n", "monitoring", "get", "prometheusrule", "widget-operator")
+		if n := strings.Fields(c.Kubectl(t, "-n", "monitoring", "get", "configmaps", "-l", "grafana_dashboard=1", "-o", "name")); len(n) != 4 {
+			t.Errorf("dashboard ConfigMaps in monitoring: %v, want 4", n)
+		}
+		// The scrape's token (filled in by the token controller) is authorized to read /metrics.
+		testenv.Eventually(t, time.Minute, "the scraper's token Secret is filled in", func() error {
+			if c.Kubectl(t, "-n", ns, "get", "secret", "widget-operator-metrics-scraper-token", "-o", "jsonpath={.data.token}") == "" {
+				return fmt.Errorf("no token yet")
+			}
+			return nil
+		})
+		can := c.Kubectl(t, "auth", "can-i", "get", "/metrics", "--as", "system:serviceaccount:"+ns+":widget-operator-metrics-scraper")
+		if strings.TrimSpace(can) != "yes" {
+			t.Errorf("the scraper may not get /metrics: %s", can)
+		}
+	},
+}
+
+// installValueSet is one value set's install, checks, helm test and uninstall.
+func installValueSet(t *testing.T, c *cluster.Cluster, chart, values, name string) {
+	ns := "ci-" + name
+	level := "restricted"
+	if name == "hostnetwork" {
+		level = "privileged"
+	}
+	c.Kubectl(t, "create", "namespace", ns)
+	c.Kubectl(t, "label", "namespace", ns, "pod-security.kubernetes.io/enforce="+level)
+	helm := func(args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		out, err := c.Command(ctx, filepath.Join(c.Bin, "helm4"), append(args, "--namespace", ns)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("helm %s: %v\n%s\n%s", strings.Join(args, " "), err, out,
+				c.Kubectl(t, "-n", ns, "get", "pods,jobs,certificates,events", "-o", "wide"))
+		}
+		return string(out)
+	}
+	start := time.Now()
+	helm("install", "widget-operator", chart, "--values", values, "--set", "image.tag=dev", "--wait", "--timeout", "5m")
+	installed := time.Since(start)
+	if check := valueSetChecks[name]; check != nil {
+		check(t, c, ns)
+	}
+	helm("test", "widget-operator", "--timeout", "3m")
+	// Foreground: helm returns once the pods, too, are gone.
+	helm("uninstall", "widget-operator", "--wait", "--cascade", "foreground", "--timeout", "3m")
+	t.Logf("%s: install --wait %s, in all %s", name, installed.Round(time.Second), time.Since(start).Round(time.Second))
+
+	// Nothing of the release is left but the CRD.
+	left := releaseObjects(t, c, "app.kubernetes.io/instance=widget-operator")
+	if len(left) != 1 || left[0] != "customresourcedefinition.apiextensions.k8s.io/"+crd.WidgetName {
+		t.Errorf("left after helm uninstall: %v, want only the CRD", left)
+	}
+	c.Kubectl(t, "delete", "customresourcedefinition", crd.WidgetName, "--wait", "--timeout=2m")
+	c.Kubectl(t, "delete", "namespace", ns, "--wait", "--timeout=2m")
+}
+
+// livePod is the part of a pod the value set checks read.
+type livePod struct {
+	Metadata struct {
+		Name        string            `json:"name"`
+		Labels      map[string]string `json:"labels"`
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Spec struct {
+		HostNetwork        bool   `json:"hostNetwork"`
+		PriorityClassName  string `json:"priorityClassName"`
+		Priority           int32  `json:"priority"`
+		ServiceAccountName string `json:"serviceAccountName"`
+		SecurityContext    struct {
+			RunAsUser  int64 `json:"runAsUser"`
+			RunAsGroup int64 `json:"runAsGroup"`
+		} `json:"securityContext"`
+	} `json:"spec"`
+	Status struct {
+		PodIP  string `json:"podIP"`
+		HostIP string `json:"hostIP"`
+	} `json:"status"`
+}
+
+// managerPodsIn lists the manager's pods in ns (at least one).
+func managerPodsIn(t *testing.T, c *cluster.Cluster, ns string) []livePod {
+	t.Helper()
+	var list struct {
+		Items []livePod `json:"items"`
+	}
+	out := c.Kubectl(t, "-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=manager", "-o", "json")
+	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list.Items) == 0 {
+		t.Fatalf("manager pods in %s: %v\n%s", ns, err, out)
+	}
+	return list.Items
+}
+
+// releaseKinds are the kinds of object the chart creates.
+const releaseKinds = "deployments,services,configmaps,secrets,serviceaccounts,roles,rolebindings,networkpolicies,resourcequotas," +
+	"poddisruptionbudgets,jobs,pods,certificates.cert-manager.io,issuers.cert-manager.io,servicemonitors,prometheusrules," +
+	"clusterroles,clusterrolebindings,mutatingwebhookconfigurations,validatingwebhookconfigurations," +
+	"validatingadmissionpolicies,validatingadmissionpolicybindings,customresourcedefinitions"
+
+// releaseObjects lists the objects of releaseKinds matching a label selector, in every
+// namespace, as kind/name.
+func releaseObjects(t *testing.T, c *cluster.Cluster, selector string) []string {
+	t.Helper()
+	return strings.Fields(c.Kubectl(t, "get", "-A", "-l", selector, "-o", "name", releaseKinds))
+}
