@@ -45,6 +45,7 @@ func main() {
 	fs.DurationVar(&opts.RenewDeadline, "leader-elect-renew-deadline", opts.RenewDeadline, "Renew deadline.")
 	fs.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", opts.RetryPeriod, "Retry period.")
 	fs.DurationVar(&opts.DrainDelay, "drain-delay", opts.DrainDelay, "After SIGTERM, how long webhooks keep serving (readiness failing) before shutting down.")
+	fs.DurationVar(&opts.ConnectionDrainTimeout, "connection-drain-timeout", opts.ConnectionDrainTimeout, "After SIGTERM, the longest the webhooks keep serving, past --drain-delay, while clients (the apiserver) still hold connections open or new ones arrive: this server never closes a kept-alive connection itself, which would fail a request sent on it at that moment, and the apiserver closes an idle one after 90s.")
 	fs.DurationVar(&opts.GracefulShutdownTimeout, "graceful-shutdown-timeout", opts.GracefulShutdownTimeout, "Bound on each shutdown phase.")
 	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	zapOpts := zap.Options{}

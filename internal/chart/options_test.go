@@ -420,6 +420,8 @@ func TestValuesRefused(t *testing.T) {
 		{"renewal not before expiry", set("certManager.duration", "720h", "certManager.renewBefore", "43200m"), nil, []string{"certManager.renewBefore (43200m) must be shorter than certManager.duration (720h)"}},
 		{"CA renewal not before expiry", set("certManager.caDuration", "1h", "certManager.caRenewBefore", "2h"), nil, []string{"certManager.caRenewBefore (2h) must be shorter than certManager.caDuration (1h)"}},
 		{"grace period shorter than the drain", set("terminationGracePeriodSeconds", 30), nil, []string{"terminationGracePeriodSeconds (30) must exceed manager.drainDelay + manager.gracefulShutdownTimeout (10s + 30s)"}},
+		{"grace period shorter than the connection drain", set("terminationGracePeriodSeconds", 100), nil, []string{"terminationGracePeriodSeconds (100) must exceed manager.connectionDrainTimeout (95s) by more than 5 s"}},
+		{"connection drain shorter than the drain delay", set("manager.connectionDrainTimeout", "5s"), nil, []string{"manager.connectionDrainTimeout (5s) must not be shorter than manager.drainDelay (10s)"}},
 		{"both budget fields", set("podDisruptionBudget.minAvailable", 1, "podDisruptionBudget.maxUnavailable", 1), nil, []string{"minAvailable or maxUnavailable, not both"}},
 		{"no ServiceAccount", set("serviceAccount.create", false), nil, []string{"serviceAccount.create=false needs serviceAccount.name"}},
 		{"ServiceMonitor elsewhere without TLS", set("monitoring.serviceMonitor.enabled", true, "monitoring.serviceMonitor.namespace", "monitoring"), MonitoringAPIs,

@@ -155,7 +155,7 @@ var valueCases = []valueCase{{
 		if pod.Volumes[0].Secret.SecretName != "widget-operator-serving-cert" {
 			t.Errorf("certificate volume: %+v", pod.Volumes[0])
 		}
-		for _, a := range []string{"--webhook-port=9443", "--metrics-bind-address=:8443", "--drain-delay=10s", "--zap-log-level=info",
+		for _, a := range []string{"--webhook-port=9443", "--metrics-bind-address=:8443", "--drain-delay=10s", "--connection-drain-timeout=95s", "--zap-log-level=info",
 			"--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s",
 			"--graceful-shutdown-timeout=30s", "--metrics-cert-dir=/etc/widget-operator/serving-certs"} {
 			wantArg(t, c.Args, a)
@@ -313,12 +313,12 @@ var valueCases = []valueCase{{
 	},
 }, {
 	name: "manager flags",
-	kv: []any{"manager.drainDelay", "5s", "manager.gracefulShutdownTimeout", "20s", "manager.logLevel", "debug", "manager.tlsMinVersion13", true,
+	kv: []any{"manager.drainDelay", "5s", "manager.connectionDrainTimeout", "30s", "manager.gracefulShutdownTimeout", "20s", "manager.logLevel", "debug", "manager.tlsMinVersion13", true,
 		"manager.leaderElection.leaseDuration", "30s", "manager.leaderElection.renewDeadline", "20s", "manager.leaderElection.retryPeriod", "4s",
 		"manager.extraArgs", []any{"--conversion-max-body-bytes=1000000"}, "terminationGracePeriodSeconds", 45},
 	check: func(t *testing.T, objs Objects) {
 		d := deployment(t, objs)
-		for _, a := range []string{"--drain-delay=5s", "--graceful-shutdown-timeout=20s", "--zap-log-level=debug", "--tls-min-version-1.3",
+		for _, a := range []string{"--drain-delay=5s", "--connection-drain-timeout=30s", "--graceful-shutdown-timeout=20s", "--zap-log-level=debug", "--tls-min-version-1.3",
 			"--leader-elect-lease-duration=30s", "--leader-elect-renew-deadline=20s", "--leader-elect-retry-period=4s", "--conversion-max-body-bytes=1000000"} {
 			wantArg(t, d.Spec.Template.Spec.Containers[0].Args, a)
 		}

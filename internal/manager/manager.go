@@ -104,6 +104,11 @@ type Options struct {
 	// DrainDelay is how long webhooks keep serving after SIGTERM, with readiness failing,
 	// so endpoints are removed before the server stops.
 	DrainDelay time.Duration
+	// ConnectionDrainTimeout bounds, from SIGTERM, how long the webhooks keep serving after
+	// DrainDelay while clients still hold connections open or new ones still arrive
+	// (timedWebhookServer.Quiesce): the apiserver closes an idle webhook connection 90 s
+	// after its last request, so a bound above that never closes one under it.
+	ConnectionDrainTimeout time.Duration
 	// GracefulShutdownTimeout bounds each manager's shutdown.
 	GracefulShutdownTimeout time.Duration
 }
@@ -124,6 +129,7 @@ func DefaultOptions() Options {
 		RenewDeadline:           10 * time.Second,
 		RetryPeriod:             2 * time.Second,
 		DrainDelay:              10 * time.Second,
+		ConnectionDrainTimeout:  95 * time.Second,
 		GracefulShutdownTimeout: 30 * time.Second,
 	}
 }
@@ -147,23 +153,28 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if opts.Namespace == "" {
 		return errors.New("the manager's namespace is not set: pass --namespace or set POD_NAMESPACE")
 	}
+	if opts.ConnectionDrainTimeout < opts.DrainDelay {
+		return fmt.Errorf("--connection-drain-timeout (%s) is shorter than --drain-delay (%s): both count from SIGTERM, and the connection drain follows the drain delay", opts.ConnectionDrainTimeout, opts.DrainDelay)
+	}
 	s := scheme.New()
 	cert := newServingCertificate(opts.WebhookCertDir, opts.WebhookCertName, opts.WebhookKeyName)
 	tlsOpts := TLSOptions(opts.TLSMinVersion, opts.EnableHTTP2)
 	var draining atomic.Bool
 
-	webhookMgr, err := newWebhookManager(cfg, opts, s, cert, tlsOpts)
+	webhookServer := newTimedWebhookServer(opts.WebhookPort, tlsOpts, func(c *tls.Config) {
+		c.GetCertificate = cert.GetCertificate
+	})
+	webhookMgr, err := newWebhookManager(cfg, opts, s, cert, webhookServer)
 	if err != nil {
 		return err
 	}
-	webhookServer, err := setupWebhooks(log, webhookMgr, opts, &draining)
-	if err != nil {
+	if err := setupWebhooks(log, webhookMgr, opts, &draining); err != nil {
 		return err
 	}
 	if err := setupMetrics(log, webhookMgr, opts, cert); err != nil {
 		return err
 	}
-	if err := setupChecks(webhookMgr, webhookServer, cert, &draining); err != nil {
+	if err := setupChecks(webhookMgr, webhookServer.StartedChecker(), cert, &draining); err != nil {
 		return err
 	}
 
@@ -187,7 +198,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		}
 		return controllerMgr, nil
 	}
-	return runManagers(ctx, log, opts, &draining, webhookMgr, func(ctx context.Context) {
+	return runManagers(ctx, log, opts, &draining, webhookMgr, webhookServer.Quiesce, func(ctx context.Context) {
 		superviseController(ctx, log.WithName("supervisor"), ctrlMetrics, newControllerBackoff(), func() (starter, error) {
 			m, err := buildController(ctx)
 			if err != nil {
@@ -202,10 +213,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 // HTTPS webhook server, the metrics endpoint and the health probes, and runs the serving
 // certificate's reloader. It has no leader election, so a standby replica serves conversion
 // and admission too.
-func newWebhookManager(cfg *rest.Config, opts Options, scheme *runtime.Scheme, cert *servingCertificate, tlsOpts func(*tls.Config)) (ctrl.Manager, error) {
-	webhookServer := newTimedWebhookServer(opts.WebhookPort, tlsOpts, func(c *tls.Config) {
-		c.GetCertificate = cert.GetCertificate
-	})
+func newWebhookManager(cfg *rest.Config, opts Options, scheme *runtime.Scheme, cert *servingCertificate, webhookServer *timedWebhookServer) (ctrl.Manager, error) {
+	tlsOpts := TLSOptions(opts.TLSMinVersion, opts.EnableHTTP2)
 	metricsOpts := metricsserver.Options{BindAddress: opts.MetricsBindAddress, SecureServing: true,
 		FilterProvider: filters.WithAuthenticationAndAuthorization, TLSOpts: []func(*tls.Config){tlsOpts}, CertDir: opts.MetricsCertDir}
 	webhookMgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -230,23 +239,22 @@ func newWebhookManager(cfg *rest.Config, opts Options, scheme *runtime.Scheme, c
 }
 
 // setupWebhooks registers the conversion, defaulting and validating handlers on the webhook
-// manager's server, which it returns, each wrapped so that it closes connections while the
-// replica drains.
-func setupWebhooks(log logr.Logger, webhookMgr ctrl.Manager, opts Options, draining *atomic.Bool) (crwebhook.Server, error) {
+// manager's server, each wrapped so that it closes connections while the replica drains.
+func setupWebhooks(log logr.Logger, webhookMgr ctrl.Manager, opts Options, draining *atomic.Bool) error {
 	// The manager starts its webhook server only once it has been asked for it.
 	webhookServer := webhookMgr.GetWebhookServer()
 	convMetrics, err := webhook.NewConversionMetrics(metrics.Registry)
 	if err != nil {
-		return nil, fmt.Errorf("register conversion metrics: %w", err)
+		return fmt.Errorf("register conversion metrics: %w", err)
 	}
 	limits, err := webhook.LimitsFor(opts.MemoryLimit, opts.WebhookInFlightBytes, opts.MaxConversionBodyBytes, opts.MaxAdmissionBodyBytes)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var budget *webhook.InFlightBudget
 	if limits.InFlightBytes > 0 {
 		if budget, err = webhook.NewInFlightBudget(limits.InFlightBytes, opts.WebhookBudgetWait, metrics.Registry); err != nil {
-			return nil, fmt.Errorf("register webhook budget metrics: %w", err)
+			return fmt.Errorf("register webhook budget metrics: %w", err)
 		}
 	}
 	log.Info("webhook memory bounds", "memoryLimit", opts.MemoryLimit, "gcPercent", opts.GCPercent, "inFlightBytes", limits.InFlightBytes,
@@ -272,7 +280,7 @@ func setupWebhooks(log logr.Logger, webhookMgr ctrl.Manager, opts Options, drain
 	webhookServer.Register(webhook.ConvertPath, closeWhenDraining(budget.Limit(webhook.ConvertPath, webhook.ConversionPeakFactor, limits.MaxConversionBody, convert)))
 	webhookServer.Register(webhook.MutatePath, closeWhenDraining(budget.Limit(webhook.MutatePath, webhook.AdmissionPeakFactor, limits.MaxAdmissionBody, admission(webhook.Defaulter{}))))
 	webhookServer.Register(webhook.ValidatePath, closeWhenDraining(budget.Limit(webhook.ValidatePath, webhook.AdmissionPeakFactor, limits.MaxAdmissionBody, admission(webhook.Validator{}))))
-	return webhookServer, nil
+	return nil
 }
 
 // setupMetrics registers the operator's own collectors (build info, CRD versions, serving
@@ -302,13 +310,13 @@ func setupMetrics(log logr.Logger, webhookMgr ctrl.Manager, opts Options, cert *
 // (so a build that loses data never takes traffic, even with the chart's hooks off), and fails
 // as soon as the replica drains, so that its endpoint leaves the webhook Service before the
 // server stops.
-func setupChecks(webhookMgr ctrl.Manager, webhookServer crwebhook.Server, cert *servingCertificate, draining *atomic.Bool) error {
+func setupChecks(webhookMgr ctrl.Manager, webhookStarted healthz.Checker, cert *servingCertificate, draining *atomic.Bool) error {
 	if err := webhookMgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
 	for name, check := range map[string]healthz.Checker{
 		"certificate": cert.Check,
-		"webhook":     webhookServer.StartedChecker(),
+		"webhook":     webhookStarted,
 		"conversion":  conversionSelfTest,
 		"shutdown": func(*http.Request) error {
 			if draining.Load() {
@@ -387,13 +395,21 @@ func setupReconcilers(ctx context.Context, controllerMgr ctrl.Manager, opts Opti
 	return nil
 }
 
+// drainQuietPeriod is how long no new webhook connection may have come before the drain ends:
+// kube-proxy routes new connections to a replica until it has caught up with the endpoint's
+// removal, later on a busy node.
+const drainQuietPeriod = 3 * time.Second
+
 // runManagers starts the webhook manager and the controller (runController, which returns
 // only once its context ends: failures are retried inside it), each under its own context
 // detached from ctx, and waits for ctx to end or the webhook manager to stop; then it shuts
 // down in order. Readiness fails first (draining), the controller stops and releases its
-// lease, the webhooks keep serving for DrainDelay while endpoints are removed (or until they
-// stop by themselves), then stop. A clean shutdown returns nil.
-func runManagers(ctx context.Context, log logr.Logger, opts Options, draining *atomic.Bool, webhookMgr ctrl.Manager, runController func(context.Context)) error {
+// lease, the webhooks keep serving for DrainDelay from then while endpoints are removed, and
+// on until quiesce reports every client connection closed and none new for
+// drainQuietPeriod, at most until ConnectionDrainTimeout from then (or until they stop by
+// themselves); then they stop. A clean shutdown returns nil.
+func runManagers(ctx context.Context, log logr.Logger, opts Options, draining *atomic.Bool, webhookMgr ctrl.Manager,
+	quiesce func(context.Context, time.Duration) int, runController func(context.Context)) error {
 	webhookCtx, stopWebhooks := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWebhooks()
 	controllerCtx, stopController := context.WithCancel(context.WithoutCancel(ctx))
@@ -413,14 +429,29 @@ func runManagers(ctx context.Context, log logr.Logger, opts Options, draining *a
 
 	// Ordered shutdown.
 	draining.Store(true)
+	drainStart := time.Now()
 	log.Info("shutting down: readiness now fails; stopping the controller and releasing its lease")
 	stopController()
 	<-controllerDone
 	log.Info("controller stopped; webhooks keep serving while endpoints are removed", "drainDelay", opts.DrainDelay)
+	webhookStopped := false
 	select {
-	case <-time.After(opts.DrainDelay):
+	case <-time.After(time.Until(drainStart.Add(opts.DrainDelay))):
 	case err := <-webhookDone:
 		webhookDone <- err
+		webhookStopped = true
+	}
+	if !webhookStopped {
+		log.Info("waiting for clients to close their webhook connections", "quietPeriod", drainQuietPeriod, "connectionDrainTimeout", opts.ConnectionDrainTimeout)
+		quiesceCtx, cancel := context.WithDeadline(context.Background(), drainStart.Add(opts.ConnectionDrainTimeout))
+		open := quiesce(quiesceCtx, drainQuietPeriod)
+		cancel()
+		if open > 0 {
+			log.Info("connection drain timed out: closing the webhook connections clients still hold; a request sent on one as it closes fails",
+				"open", open, "connectionDrainTimeout", opts.ConnectionDrainTimeout)
+		} else {
+			log.Info("every webhook connection closed by its client", "drained", time.Since(drainStart).Round(time.Millisecond))
+		}
 	}
 	stopWebhooks()
 	if err := <-webhookDone; err != nil && runErr == nil {

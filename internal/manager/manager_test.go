@@ -146,7 +146,7 @@ func byIdentity(ms []*widgetenv.Manager, id string) *widgetenv.Manager {
 func TestLeaderHandover(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
 	op := widgetenv.Setup(t, env, crd.StageAddVersion)
-	ms := replicas(t, op, 3, "--drain-delay=5s")
+	ms := replicas(t, op, 3, "--drain-delay=5s", "--connection-drain-timeout=7s")
 	first, _ := waitLeader(t, env.Client, 30*time.Second, func(h string) bool { return byIdentity(ms, h) != nil })
 
 	ctx, stopLoad := context.WithCancel(context.Background())
@@ -252,7 +252,7 @@ func TestCertificateRotation(t *testing.T) {
 func TestDrain(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
 	op := widgetenv.Setup(t, env, crd.StageAddVersion)
-	m := op.StartManager(t, widgetenv.ManagerOptions{Args: []string{"--drain-delay=4s"}})
+	m := op.StartManager(t, widgetenv.ManagerOptions{Args: []string{"--drain-delay=4s", "--connection-drain-timeout=6s"}})
 	url := "https://127.0.0.1:" + strconv.Itoa(m.WebhookPort)
 
 	ctx, stopLoad := context.WithCancel(context.Background())

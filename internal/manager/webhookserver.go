@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,12 +38,66 @@ const (
 )
 
 // timedWebhookServer is controller-runtime's webhook server (its registration and its
-// per-path metrics) served by an http.Server with the timeouts above.
+// per-path metrics) served by an http.Server with the timeouts above, which keeps count of
+// its connections for the drain (Quiesce).
 type timedWebhookServer struct {
 	crwebhook.Server
 	port    int
 	tlsOpts []func(*tls.Config)
 	started atomic.Bool
+	conns   connections
+}
+
+// connections counts the server's open connections and remembers when the last one came.
+type connections struct {
+	mu      sync.Mutex
+	open    int
+	lastNew time.Time
+}
+
+// track is the server's ConnState hook.
+func (c *connections) track(_ net.Conn, state http.ConnState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch state {
+	case http.StateNew:
+		c.open++
+		c.lastNew = time.Now()
+	case http.StateClosed, http.StateHijacked:
+		c.open--
+	}
+}
+
+func (c *connections) snapshot() (open int, lastNew time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.open, c.lastNew
+}
+
+// Quiesce waits, while the server goes on serving, until no connection is open and none has
+// come for quiet, or ctx ends; it returns how many connections are still open.
+//
+// It is the drain's last phase. The server never closes a kept-alive connection itself: in
+// HTTP/1.1 it cannot tell the client, and a request the client sends on it the moment it
+// closes fails (the apiserver does not retry a webhook POST). Each answer during the drain
+// says "Connection: close", so a connection in use closes after its answer; an idle one is
+// closed by the apiserver, 90 s after its last request at the latest. New connections still
+// arrive while kube-proxy routes to the replica; the quiet period waits them out, so the
+// process, and with it the pod's address, stays until nobody routes here.
+func (s *timedWebhookServer) Quiesce(ctx context.Context, quiet time.Duration) int {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		open, lastNew := s.conns.snapshot()
+		if open == 0 && time.Since(lastNew) >= quiet {
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			return open
+		case <-tick.C:
+		}
+	}
 }
 
 func newTimedWebhookServer(port int, tlsOpts ...func(*tls.Config)) *timedWebhookServer {
@@ -68,6 +123,7 @@ func (s *timedWebhookServer) Start(ctx context.Context) error {
 		WriteTimeout:      webhookWriteTimeout,
 		IdleTimeout:       webhookIdleTimeout,
 		MaxHeaderBytes:    webhookMaxHeaderSize,
+		ConnState:         s.conns.track,
 	}
 	done := make(chan struct{})
 	go func() { //nolint:gosec // G118: it runs after ctx has ended, so the shutdown needs a context of its own

@@ -298,6 +298,14 @@ hooks' output, among them the preflight's refusals.
 {{- if not (gt (float64 .Values.terminationGracePeriodSeconds) $shutdown) }}
 {{- fail (printf "terminationGracePeriodSeconds (%v) must exceed manager.drainDelay + manager.gracefulShutdownTimeout (%s + %s), or the kubelet kills the manager before it drained" .Values.terminationGracePeriodSeconds .Values.manager.drainDelay .Values.manager.gracefulShutdownTimeout) }}
 {{- end }}
+{{- $drain := include "widget-operator.seconds" .Values.manager.drainDelay | float64 }}
+{{- $connDrain := include "widget-operator.seconds" .Values.manager.connectionDrainTimeout | float64 }}
+{{- if lt $connDrain $drain }}
+{{- fail (printf "manager.connectionDrainTimeout (%s) must not be shorter than manager.drainDelay (%s): both count from SIGTERM" .Values.manager.connectionDrainTimeout .Values.manager.drainDelay) }}
+{{- end }}
+{{- if not (gt (float64 .Values.terminationGracePeriodSeconds) (addf $connDrain 5.0)) }}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must exceed manager.connectionDrainTimeout (%s) by more than 5 s, or the kubelet kills the manager while the apiserver still holds connections to it" .Values.terminationGracePeriodSeconds .Values.manager.connectionDrainTimeout) }}
+{{- end }}
 {{- $pdb := .Values.podDisruptionBudget }}
 {{- if and (ne (toString $pdb.minAvailable) "") (ne (toString $pdb.maxUnavailable) "") }}
 {{- fail "podDisruptionBudget: set minAvailable or maxUnavailable, not both" }}
