@@ -31,7 +31,7 @@ const emptyReview = `{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionR
 // alive and reused, closed by the client after idleTimeout (the apiserver's is 90 s).
 func keepAliveClient(op *widgetenv.Operator, idleTimeout time.Duration) *http.Client {
 	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: op.CA.CertPool(), MinVersion: tls.VersionTLS12},
+		TLSClientConfig:     &tls.Config{RootCAs: op.CA.CertPool(), MinVersion: tls.VersionTLS12},
 		MaxIdleConnsPerHost: 16, IdleConnTimeout: idleTimeout}}
 }
 
