@@ -24,6 +24,7 @@ func main() {
 	fs := flag.CommandLine
 	fs.StringVar(&opts.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "The manager's namespace: catalog entries and the leader-election Lease (default $POD_NAMESPACE).")
 	fs.IntVar(&opts.WebhookPort, "webhook-port", opts.WebhookPort, "Port of the HTTPS webhook server (/convert, /mutate-…, /validate-…).")
+	fs.StringVar(&opts.WebhookConfigurationName, "webhook-configuration-name", "", "Name of the Mutating and ValidatingWebhookConfiguration whose caBundles, with the CRD's, the serving certificate must verify against for the replica to be Ready (empty: the CRD's only).")
 	fs.StringVar(&opts.WebhookCertDir, "webhook-cert-dir", opts.WebhookCertDir, "Directory with the webhook serving certificate; reloaded when it changes.")
 	fs.StringVar(&opts.WebhookCertName, "webhook-cert-name", opts.WebhookCertName, "Certificate file name in --webhook-cert-dir.")
 	fs.StringVar(&opts.WebhookKeyName, "webhook-key-name", opts.WebhookKeyName, "Key file name in --webhook-cert-dir.")

@@ -155,7 +155,7 @@ var valueCases = []valueCase{{
 		if pod.Volumes[0].Secret.SecretName != "widget-operator-serving-cert" {
 			t.Errorf("certificate volume: %+v", pod.Volumes[0])
 		}
-		for _, a := range []string{"--webhook-port=9443", "--metrics-bind-address=:8443", "--drain-delay=10s", "--connection-drain-timeout=95s", "--zap-log-level=info",
+		for _, a := range []string{"--webhook-port=9443", "--metrics-bind-address=:8443", "--drain-delay=10s", "--connection-drain-timeout=95s", "--webhook-configuration-name=widget-operator", "--zap-log-level=info",
 			"--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s",
 			"--graceful-shutdown-timeout=30s", "--metrics-cert-dir=/etc/widget-operator/serving-certs"} {
 			wantArg(t, c.Args, a)

@@ -39,6 +39,8 @@ import (
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/internal/controller"
 	"github.com/widgetry/widget-operator/internal/crd"
@@ -62,6 +64,10 @@ type Options struct {
 	WebhookCertDir  string
 	WebhookCertName string
 	WebhookKeyName  string
+	// WebhookConfigurationName names the Mutating and ValidatingWebhookConfiguration whose
+	// caBundles, with the CRD's, the serving certificate must verify against to be Ready;
+	// empty: the CRD's only.
+	WebhookConfigurationName string
 	// GCPercent is the garbage collector's target in force (internal/memlimit), for the log.
 	GCPercent int
 	// MemoryLimit is the Go memory limit in force (see internal/memlimit); 0 means none.
@@ -174,7 +180,12 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if err := setupMetrics(log, webhookMgr, opts, cert); err != nil {
 		return err
 	}
-	if err := setupChecks(webhookMgr, webhookServer.StartedChecker(), cert, &draining); err != nil {
+	trust := &trustCheck{cert: cert, reader: webhookMgr.GetClient(), crdName: crd.WidgetName, webhookConfig: opts.WebhookConfigurationName,
+		log: log.WithName("certificate-trust")}
+	if err := metrics.Registry.Register(widgetmetrics.NewCertificateTrustCollector(trust.metricsStatus)); err != nil {
+		return fmt.Errorf("register certificate trust metrics: %w", err)
+	}
+	if err := setupChecks(webhookMgr, webhookServer.StartedChecker(), cert, trust, &draining); err != nil {
 		return err
 	}
 
@@ -225,9 +236,7 @@ func newWebhookManager(cfg *rest.Config, opts Options, scheme *runtime.Scheme, c
 		PprofBindAddress:        opts.PprofBindAddress,
 		GracefulShutdownTimeout: &opts.GracefulShutdownTimeout,
 		// The webhooks read nothing from the cluster; the metrics collectors read the CRD.
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&apiextensionsv1.CustomResourceDefinition{}: {Field: fields.OneTermEqualSelector("metadata.name", crd.WidgetName)},
-		}},
+		Cache: cache.Options{ByObject: webhookCache(opts.WebhookConfigurationName)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create the webhook manager: %w", err)
@@ -236,6 +245,20 @@ func newWebhookManager(cfg *rest.Config, opts Options, scheme *runtime.Scheme, c
 		return nil, err
 	}
 	return webhookMgr, nil
+}
+
+// webhookCache is what the webhook manager caches: the Widget CRD (the metrics, the
+// certificate's judges) and the admission webhook configurations named name (the judges), each
+// by a name field selector that RBAC's resourceNames can grant.
+func webhookCache(name string) map[client.Object]cache.ByObject {
+	objs := map[client.Object]cache.ByObject{
+		&apiextensionsv1.CustomResourceDefinition{}: {Field: fields.OneTermEqualSelector("metadata.name", crd.WidgetName)},
+	}
+	if name != "" {
+		objs[&admissionregistrationv1.MutatingWebhookConfiguration{}] = cache.ByObject{Field: fields.OneTermEqualSelector("metadata.name", name)}
+		objs[&admissionregistrationv1.ValidatingWebhookConfiguration{}] = cache.ByObject{Field: fields.OneTermEqualSelector("metadata.name", name)}
+	}
+	return objs
 }
 
 // setupWebhooks registers the conversion, defaulting and validating handlers on the webhook
@@ -310,14 +333,15 @@ func setupMetrics(log logr.Logger, webhookMgr ctrl.Manager, opts Options, cert *
 // (so a build that loses data never takes traffic, even with the chart's hooks off), and fails
 // as soon as the replica drains, so that its endpoint leaves the webhook Service before the
 // server stops.
-func setupChecks(webhookMgr ctrl.Manager, webhookStarted healthz.Checker, cert *servingCertificate, draining *atomic.Bool) error {
+func setupChecks(webhookMgr ctrl.Manager, webhookStarted healthz.Checker, cert *servingCertificate, trust *trustCheck, draining *atomic.Bool) error {
 	if err := webhookMgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
 	for name, check := range map[string]healthz.Checker{
-		"certificate": cert.Check,
-		"webhook":     webhookStarted,
-		"conversion":  conversionSelfTest,
+		"certificate":       cert.Check,
+		"certificate-trust": trust.Check,
+		"webhook":           webhookStarted,
+		"conversion":        conversionSelfTest,
 		"shutdown": func(*http.Request) error {
 			if draining.Load() {
 				return errors.New("shutting down: draining webhook traffic")

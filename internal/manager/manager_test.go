@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -325,21 +324,11 @@ func TestSecureEndpoints(t *testing.T) {
 		conn.Close()
 	}
 
-	metricsURL := "https://127.0.0.1:" + strconv.Itoa(m.MetricsPort) + "/metrics"
-	insecure := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed metrics certificate
-	var body []byte
+	var body string
 	get := func(token string) int {
-		req, _ := http.NewRequest(http.MethodGet, metricsURL, nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := insecure.Do(req)
-		if err != nil {
-			t.Fatalf("GET /metrics: %v", err)
-		}
-		defer resp.Body.Close()
-		body, _ = io.ReadAll(resp.Body)
-		return resp.StatusCode
+		code, b := scrapeMetrics(t, m, token)
+		body = b
+		return code
 	}
 	if code := get(""); code != http.StatusUnauthorized && code != http.StatusForbidden {
 		t.Errorf("unauthenticated /metrics: %d, want 401 or 403", code)
@@ -359,7 +348,7 @@ func TestSecureEndpoints(t *testing.T) {
 		`widget_crd_stored_versions{crd="widgets.widgetry.io",version="v1alpha1"} 1`, `widget_webhook_certificate_expiry_timestamp_seconds`,
 		`controller_runtime_reconcile_total{controller="widget"`, `leader_election_master_status{name="widget-operator.widgetry.io"} 1`,
 	} {
-		if !strings.Contains(string(body), metric) {
+		if !strings.Contains(body, metric) {
 			t.Errorf("/metrics lacks %s", metric)
 		}
 	}

@@ -1,6 +1,7 @@
 package monitoring
 
 import (
+	"context"
 	"crypto/x509"
 	"regexp"
 	"slices"
@@ -53,6 +54,7 @@ func TestCatalogueLabelsMatchCode(t *testing.T) {
 		widgetmetrics.NewBuildInfoCollector("test"),
 		widgetmetrics.NewCRDCollector(nil, logr.Discard(), WidgetCRD),
 		widgetmetrics.NewCertificateExpiryCollector(func() *x509.Certificate { return nil }),
+		widgetmetrics.NewCertificateTrustCollector(func(context.Context) widgetmetrics.CertificateStatus { return widgetmetrics.CertificateStatus{} }),
 		migrate.NewProgressCollector(nil, "widget-system"),
 		controller.NewPausedCollector(nil, logr.Discard()),
 	}, kept.collectors...)

@@ -55,15 +55,23 @@ type Serving struct {
 	CertPEM, KeyPEM []byte
 }
 
-// Issue signs a serving certificate for hosts (DNS names or IP addresses).
+// Issue signs a serving certificate for hosts (DNS names or IP addresses), valid from a
+// minute ago for a day.
 func (ca *CA) Issue(tb testing.TB, hosts ...string) Serving {
+	tb.Helper()
+	return ca.IssueValid(tb, time.Now().Add(-time.Minute), time.Now().Add(24*time.Hour), hosts...)
+}
+
+// IssueValid is Issue with the validity period given: an expired certificate, or one not
+// valid yet.
+func (ca *CA) IssueValid(tb testing.TB, notBefore, notAfter time.Time, hosts ...string) Serving {
 	tb.Helper()
 	key := newKey(tb)
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(tb),
 		Subject:      pkix.Name{CommonName: hosts[0]},
-		NotBefore:    time.Now().Add(-time.Minute),
-		NotAfter:     time.Now().Add(24 * time.Hour),
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}

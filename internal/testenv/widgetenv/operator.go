@@ -182,6 +182,8 @@ func (o *Operator) StartManager(t testing.TB, opts ManagerOptions) *Manager {
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(m.MetricsPort),
 		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=1s",
 		"--drain-delay=1s",
+		// Readiness judges the certificate by the CRD's and these configurations' caBundles.
+		"--webhook-configuration-name=widget-operator",
 		// The apiserver's idle connections would hold a stopping manager for up to 90 s.
 		"--connection-drain-timeout=3s",
 	}, opts.Args...)
