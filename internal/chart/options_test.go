@@ -77,7 +77,7 @@ var optionCases = []valueCase{{
 			t.Fatal(err)
 		}
 		sel := quota.Spec.ScopeSelector.MatchExpressions
-		if quota.Spec.Hard.Pods().Value() != 6 || len(sel) != 1 || sel[0].ScopeName != corev1.ResourceQuotaScopePriorityClass ||
+		if quota.Spec.Hard.Pods().Value() != 10 || len(sel) != 1 || sel[0].ScopeName != corev1.ResourceQuotaScopePriorityClass ||
 			!slices.Equal(sel[0].Values, []string{"system-cluster-critical"}) {
 			t.Errorf("critical-pods quota: %+v", quota.Spec)
 		}

@@ -4,8 +4,13 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +29,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/widgetry/widget-operator/api/v1alpha1"
+	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/manager"
 	"github.com/widgetry/widget-operator/internal/monitoring"
 	"github.com/widgetry/widget-operator/internal/scheme"
@@ -93,6 +99,93 @@ func (l *load) one(i int) {
 	}
 }
 
+// transportCounter counts at the transport, under client-go: every response that is not 2xx
+// and every error of a round trip is a failure, also when client-go retries it silently
+// (429 and 5xx with Retry-After; a GET on a reset connection) and the retry succeeds.
+type transportCounter struct {
+	next     http.RoundTripper
+	mu       sync.Mutex
+	requests int
+	failures []string
+}
+
+func (c *transportCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(req)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.requests++
+	switch {
+	case err != nil:
+		c.failures = append(c.failures, fmt.Sprintf("%s %s %s: %v", time.Now().Format("15:04:05.000"), req.Method, req.URL.Path, err))
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		c.failures = append(c.failures, fmt.Sprintf("%s %s %s: HTTP %d", time.Now().Format("15:04:05.000"), req.Method, req.URL.Path, resp.StatusCode))
+	}
+	return resp, err
+}
+
+func (c *transportCounter) snapshot() (int, []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.requests, append([]string(nil), c.failures...)
+}
+
+// warnings keeps every warning but the expected deprecation of v1alpha1.
+type warnings struct {
+	mu         sync.Mutex
+	deprecated int
+	other      []string
+}
+
+func (w *warnings) HandleWarningHeaderWithContext(_ context.Context, code int, agent, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if code == 299 && text == crd.DeprecationWarning {
+		w.deprecated++
+		return
+	}
+	w.other = append(w.other, fmt.Sprintf("%d %s %s", code, agent, text))
+}
+
+// servedSerials dials every running manager pod's webhook port and returns the serial of the
+// certificate each serves, by pod name.
+func servedSerials(t *testing.T, c *cluster.Cluster, k client.Client) map[string]string {
+	t.Helper()
+	serials := map[string]string{}
+	for _, p := range managerPods(t, k) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		raw, err := c.DialContext(ctx, "tcp", net.JoinHostPort(p.Status.PodIP, "9443"))
+		if err != nil {
+			cancel()
+			serials[p.Name] = "unreachable: " + err.Error()
+			continue
+		}
+		conn := tls.Client(raw, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only the serial is read
+		err = conn.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			serials[p.Name] = "handshake: " + err.Error()
+		} else {
+			serials[p.Name] = conn.ConnectionState().PeerCertificates[0].SerialNumber.Text(16)
+		}
+		conn.Close()
+	}
+	return serials
+}
+
+// secretSerial is the serial of the leaf in a kubernetes.io/tls Secret.
+func secretSerial(t *testing.T, s *corev1.Secret) string {
+	t.Helper()
+	block, _ := pem.Decode(s.Data["tls.crt"])
+	if block == nil {
+		t.Fatalf("Secret %s has no PEM tls.crt", s.Name)
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leaf.SerialNumber.Text(16)
+}
+
 // fleet is the number of Widgets created before the load starts.
 const fleet = 100
 
@@ -133,17 +226,19 @@ func TestProductionProof(t *testing.T) {
 	chart := filepath.Join(c.Root, "charts", release)
 	helm := func(args ...string) string { return c.Run(t, filepath.Join(c.Bin, "helm3"), append(args, "-n", ns)...) }
 	start := time.Now()
-	// A 3 s drain (default 10 s) keeps the rollouts short; kube-proxy drops an endpoint within
-	// a second of readiness failing.
-	helm("install", release, chart, "--set", "image.tag=dev", "--set", "apiUpgrade.stage=flip-storage", "--set", "manager.drainDelay=3s", "--wait", "--timeout", "5m")
+	// The chart's defaults: a 10 s drain delay, then the connection drain (up to 95 s).
+	helm("install", release, chart, "--set", "image.tag=dev", "--set", "apiUpgrade.stage=flip-storage", "--wait", "--timeout", "5m")
 	t.Logf("helm install --wait: %s", time.Since(start).Round(time.Second))
 
 	// client-go's default limit (5 requests/s) would throttle the load itself.
 	cfg := rest.CopyConfig(c.Config)
 	cfg.QPS, cfg.Burst = 1000, 2000
 	// The load goes through v1alpha1 on purpose: its deprecation warning on every response
-	// is expected, not news.
-	cfg.WarningHandlerWithContext = rest.NoWarnings{}
+	// is expected, not news; any other warning is.
+	warned := &warnings{}
+	cfg.WarningHandlerWithContext = warned
+	counted := &transportCounter{}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { counted.next = rt; return counted })
 	k, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
@@ -171,15 +266,20 @@ func TestProductionProof(t *testing.T) {
 	step := func(name string, do func()) {
 		t.Helper()
 		before, failedBefore, _ := l.snapshot()
+		sentBefore, transportFailedBefore := counted.snapshot()
 		l.newStep()
 		s := time.Now()
 		do()
 		after, failed, _ := l.snapshot()
-		report[name] = fmt.Sprintf("%s, %d requests, %d failed, worst latency %s", time.Since(s).Round(time.Second), after-before,
-			len(failed)-len(failedBefore), l.newStep().Round(time.Millisecond))
+		sent, transportFailed := counted.snapshot()
+		report[name] = fmt.Sprintf("%s, %d requests (%d at the transport), %d failed (%d at the transport), worst latency %s", time.Since(s).Round(time.Second), after-before,
+			sent-sentBefore, len(failed)-len(failedBefore), len(transportFailed)-len(transportFailedBefore), l.newStep().Round(time.Millisecond))
 		t.Logf("%s: %s", name, report[name])
 		if newFailures := failed[len(failedBefore):]; len(newFailures) > 0 {
 			t.Logf("first failures during %s:\n%s", name, strings.Join(newFailures[:min(5, len(newFailures))], "\n"))
+		}
+		if newFailures := transportFailed[len(transportFailedBefore):]; len(newFailures) > 0 {
+			t.Logf("first failures at the transport during %s:\n%s", name, strings.Join(newFailures[:min(5, len(newFailures))], "\n"))
 		}
 	}
 	step("kubectl rollout restart", func() {
@@ -189,7 +289,7 @@ func TestProductionProof(t *testing.T) {
 	step("helm upgrade of the pod template", func() {
 		helm("upgrade", release, chart, "--reuse-values", "--set-string", "podAnnotations.proof="+fmt.Sprint(time.Now().Unix()), "--wait", "--timeout", "5m")
 	})
-	var renewal time.Duration
+	var renewal, served time.Duration
 	step("forced certificate renewal", func() {
 		secret := release + "-serving-cert"
 		old := &corev1.Secret{}
@@ -210,9 +310,26 @@ func TestProductionProof(t *testing.T) {
 		})
 		c.Kubectl(t, "-n", ns, "wait", "--for=condition=Ready", "certificate", "--all", "--timeout=2m")
 		renewal = time.Since(s)
-		time.Sleep(5 * time.Second) // keep the load on while the replicas reload the files
+		// Every replica serves the new certificate once the kubelet has refreshed the mounted
+		// Secret (its sync period, up to about a minute) and the manager reloaded it.
+		cur := &corev1.Secret{}
+		if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: secret}, cur); err != nil {
+			t.Fatal(err)
+		}
+		want := secretSerial(t, cur)
+		testenv.Eventually(t, 3*time.Minute, "every replica serves serial "+want, func() error {
+			for pod, serial := range servedSerials(t, c, k) {
+				if serial != want {
+					return fmt.Errorf("%s serves %s", pod, serial)
+				}
+			}
+			return nil
+		})
+		served = time.Since(s)
+		time.Sleep(5 * time.Second) // keep the load on after the swap
 	})
 	report["time to Ready after renewal"] = renewal.Round(100 * time.Millisecond).String()
+	report["time until every replica serves the new certificate"] = served.Round(100 * time.Millisecond).String()
 	var handover time.Duration
 	step("leader pod deleted", func() {
 		// A read of the Lease that fails under load is not "no leader": read until one is named.
@@ -259,11 +376,22 @@ func TestProductionProof(t *testing.T) {
 	stopLoad()
 	<-loadDone
 	requests, failures, worst := l.snapshot()
-	report["total"] = fmt.Sprintf("%d requests at %d/s through v1alpha1, %d failed, worst latency %s", requests, rate, len(failures), worst.Round(time.Millisecond))
+	sent, transportFailures := counted.snapshot()
+	report["total"] = fmt.Sprintf("%d requests at %d/s through v1alpha1 (%d at the transport), %d failed (%d at the transport), worst latency %s", requests, rate,
+		sent, len(failures), len(transportFailures), worst.Round(time.Millisecond))
+	warned.mu.Lock()
+	report["warnings"] = fmt.Sprintf("%d v1alpha1 deprecation warnings, %d others", warned.deprecated, len(warned.other))
+	if len(warned.other) > 0 {
+		t.Errorf("warnings other than v1alpha1's deprecation: %v", warned.other[:min(5, len(warned.other))])
+	}
+	warned.mu.Unlock()
 	b, _ := json.MarshalIndent(report, "", "  ")
 	t.Logf("production proof report:\n%s", b)
 	if len(failures) > 0 {
 		t.Errorf("%d requests failed; first: %v", len(failures), failures[:min(5, len(failures))])
+	}
+	if len(transportFailures) > 0 {
+		t.Errorf("%d round trips failed at the transport (client-go may have retried some); first: %v", len(transportFailures), transportFailures[:min(5, len(transportFailures))])
 	}
 	if handover > 15*time.Second+2*2200*time.Millisecond {
 		t.Errorf("leader handover took %s, more than the lease duration plus two jittered retry periods", handover)

@@ -201,17 +201,18 @@ func installValueSet(t *testing.T, c *cluster.Cluster, chart, values, name strin
 		check(t, c, ns)
 	}
 	helm("test", "widget-operator", "--timeout", "3m")
-	// Foreground: helm returns once the pods, too, are gone.
-	helm("uninstall", "widget-operator", "--wait", "--cascade", "foreground", "--timeout", "3m")
+	helm("uninstall", "widget-operator", "--wait", "--timeout", "3m")
 	t.Logf("%s: install --wait %s, in all %s", name, installed.Round(time.Second), time.Since(start).Round(time.Second))
 
-	// Nothing of the release is left but the CRD.
+	// Nothing of the release is left but the CRD, and manager pods already being deleted: a
+	// draining replica serves until the apiserver has closed its kept-alive connections
+	// (up to manager.connectionDrainTimeout), which the next value set need not wait for.
 	left := releaseObjects(t, c, "app.kubernetes.io/instance=widget-operator")
-	if len(left) != 1 || left[0] != "customresourcedefinition.apiextensions.k8s.io/"+crd.WidgetName {
+	if len(left) != 1 || left[0] != "customresourcedefinition/"+crd.WidgetName {
 		t.Errorf("left after helm uninstall: %v, want only the CRD", left)
 	}
 	c.Kubectl(t, "delete", "customresourcedefinition", crd.WidgetName, "--wait", "--timeout=2m")
-	c.Kubectl(t, "delete", "namespace", ns, "--wait", "--timeout=2m")
+	c.Kubectl(t, "delete", "namespace", ns, "--wait=false")
 }
 
 // livePod is the part of a pod the value set checks read.
@@ -257,8 +258,9 @@ const releaseKinds = "deployments,services,configmaps,secrets,serviceaccounts,ro
 	"validatingadmissionpolicies,validatingadmissionpolicybindings,customresourcedefinitions"
 
 // releaseObjects lists the objects of releaseKinds matching a label selector, in every
-// namespace, as kind/name.
+// namespace, as kind/name, leaving out those being deleted.
 func releaseObjects(t *testing.T, c *cluster.Cluster, selector string) []string {
 	t.Helper()
-	return strings.Fields(c.Kubectl(t, "get", "-A", "-l", selector, "-o", "name", releaseKinds))
+	out := c.Kubectl(t, "get", "-A", "-l", selector, "-o", `go-template={{range .items}}{{if not .metadata.deletionTimestamp}}{{.kind}}/{{.metadata.name}} {{end}}{{end}}`, releaseKinds)
+	return strings.Fields(strings.ToLower(out))
 }
