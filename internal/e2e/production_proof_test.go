@@ -21,6 +21,7 @@ import (
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -219,9 +220,12 @@ func (l *load) snapshot() (int, []string, time.Duration) {
 	return l.requests, append([]string(nil), l.failures...), l.worst
 }
 
-// TestProductionProof installs the chart (flip-storage: both versions served, v1 stored) and,
-// under a constant load, rolls the manager out three ways and kills its leader; then checks
-// what Prometheus scraped. It prints a report the README quotes.
+// TestProductionProof installs the chart at its defaults (add-version) and, under a constant
+// load through v1alpha1, flips the storage to v1 with helm upgrade (from then on every request
+// converts), rolls the manager out two ways, renews its certificate until every replica serves
+// the new serial, deletes its leader and floods it with hostile requests; every failure is
+// counted at the transport, under client-go's retries, and every unexpected warning fails the
+// run. Then it checks what Prometheus scraped. It prints a report the README quotes.
 func TestProductionProof(t *testing.T) {
 	// The report is the output; controller-runtime's clients have nothing to add to it.
 	ctrllog.SetLogger(logr.Discard())
@@ -235,7 +239,8 @@ func TestProductionProof(t *testing.T) {
 	helm := func(args ...string) string { return c.Run(t, filepath.Join(c.Bin, "helm3"), append(args, "-n", ns)...) }
 	start := time.Now()
 	// The chart's defaults: a 10 s drain delay, then the connection drain (up to 95 s).
-	helm("install", release, chart, "--set", "image.tag=dev", "--set", "apiUpgrade.stage=flip-storage", "--wait", "--timeout", "5m")
+	// At add-version (v1alpha1 stored); the first step flips the storage to v1 under load.
+	helm("install", release, chart, "--set", "image.tag=dev", "--set", "apiUpgrade.stage=add-version", "--wait", "--timeout", "5m")
 	t.Logf("helm install --wait: %s", time.Since(start).Round(time.Second))
 
 	// client-go's default limit (5 requests/s) would throttle the load itself.
@@ -299,6 +304,19 @@ func TestProductionProof(t *testing.T) {
 			t.Logf("first failures at the transport during %s:\n%s", name, strings.Join(newFailures[:min(5, len(newFailures))], "\n"))
 		}
 	}
+	step("helm upgrade across a stage (add-version → flip-storage)", func() {
+		helm("upgrade", release, chart, "--reuse-values", "--set", "apiUpgrade.stage=flip-storage", "--wait", "--timeout", "10m")
+		live := &apiextensionsv1.CustomResourceDefinition{}
+		if err := k.Get(ctx, client.ObjectKey{Name: crd.WidgetName}, live); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range live.Spec.Versions {
+			if v.Storage != (v.Name == "v1") {
+				t.Fatalf("after the flip the CRD stores %s: %v", v.Name, v.Storage)
+			}
+		}
+		time.Sleep(5 * time.Second) // every request converts from here on
+	})
 	step("kubectl rollout restart", func() {
 		c.Kubectl(t, "-n", ns, "rollout", "restart", "deploy/"+release)
 		c.Kubectl(t, "-n", ns, "rollout", "status", "deploy/"+release, "--timeout=5m")
