@@ -46,20 +46,39 @@ func Each(ctx context.Context, res metadata.ResourceInterface, fn func(*metav1.P
 // 410 Gone included: callers that compare what they read rerun rather than mix two
 // snapshots).
 func EachObject(ctx context.Context, c client.Reader, apiVersion, listKind string, fn func(*unstructured.Unstructured) error) error {
+	_, err := EachObjectAt(ctx, c, apiVersion, listKind, "", fn)
+	return err
+}
+
+// EachObjectAt is EachObject reading the collection as it was at resourceVersion (empty: now),
+// and returns the resourceVersion it read at. Callers that compare what two versions of a
+// CRD list pass the first LIST's resourceVersion to the second: objects written in between
+// (under load, always) would otherwise show as a difference. Every page of a paginated LIST
+// is read at its first page's resourceVersion.
+func EachObjectAt(ctx context.Context, c client.Reader, apiVersion, listKind, resourceVersion string, fn func(*unstructured.Unstructured) error) (string, error) {
+	snapshot := ""
 	for cont := ""; ; {
 		list := &unstructured.UnstructuredList{}
 		list.SetAPIVersion(apiVersion)
 		list.SetKind(listKind)
-		if err := c.List(ctx, list, client.Limit(PageSize), client.Continue(cont)); err != nil {
-			return err
+		opts := []client.ListOption{client.Limit(PageSize), client.Continue(cont)}
+		if cont == "" && resourceVersion != "" {
+			// The continue token carries the snapshot; only the first page names it.
+			opts = append(opts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: resourceVersion, ResourceVersionMatch: metav1.ResourceVersionMatchExact}})
+		}
+		if err := c.List(ctx, list, opts...); err != nil {
+			return "", err
+		}
+		if snapshot == "" {
+			snapshot = list.GetResourceVersion()
 		}
 		for i := range list.Items {
 			if err := fn(&list.Items[i]); err != nil {
-				return err
+				return "", err
 			}
 		}
 		if cont = list.GetContinue(); cont == "" {
-			return nil
+			return snapshot, nil
 		}
 	}
 }

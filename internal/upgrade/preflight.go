@@ -161,26 +161,30 @@ func dryRunCreate(ctx context.Context, cl Clients, cfg Config, o *Observation) e
 
 // readThroughServedVersions lists every object through every served version, page by page:
 // each read of the version not stored goes through the conversion webhook, as the apiserver
-// will for every client.
+// will for every client. Every version is read at the first LIST's resourceVersion, so
+// objects written meanwhile (clients keep writing during an upgrade) make no difference.
 func readThroughServedVersions(ctx context.Context, c client.Client, live *apiextensionsv1.CustomResourceDefinition) error {
 	counts := map[string]int{}
+	snapshot := ""
 	for _, v := range live.Spec.Versions {
 		if !v.Served {
 			continue
 		}
-		err := metalist.EachObject(ctx, c, live.Spec.Group+"/"+v.Name, live.Spec.Names.ListKind, func(*unstructured.Unstructured) error {
+		rv, err := metalist.EachObjectAt(ctx, c, live.Spec.Group+"/"+v.Name, live.Spec.Names.ListKind, snapshot, func(*unstructured.Unstructured) error {
 			counts[v.Name]++
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("list %s through %s: %w", live.Spec.Names.Plural, v.Name, err)
+			return fmt.Errorf("list %s through %s at resourceVersion %q: %w", live.Spec.Names.Plural, v.Name, snapshot, err)
+		}
+		if snapshot == "" {
+			snapshot = rv
 		}
 	}
 	for _, n := range counts {
 		for _, m := range counts {
 			if n != m {
-				// Objects created or deleted between the LISTs also show here; rerun to tell.
-				return fmt.Errorf("the served versions list different numbers of objects: %v", counts)
+				return fmt.Errorf("the served versions list different numbers of objects at resourceVersion %s: %v", snapshot, counts)
 			}
 		}
 	}

@@ -36,12 +36,15 @@ func Verify(ctx context.Context, c client.Client, cfg Config) (*VerifyReport, er
 	}
 	r := &VerifyReport{CRD: cfg.CRD, Objects: map[string]int{}}
 	byUID := map[string]map[string]*unstructured.Unstructured{}
+	// Every version is read at the first LIST's resourceVersion: objects written meanwhile
+	// would otherwise show as missing from one version.
+	snapshot := ""
 	for _, v := range live.Spec.Versions {
 		if !v.Served {
 			continue
 		}
 		r.Versions = append(r.Versions, v.Name)
-		err := metalist.EachObject(ctx, c, live.Spec.Group+"/"+v.Name, live.Spec.Names.ListKind, func(item *unstructured.Unstructured) error {
+		rv, err := metalist.EachObjectAt(ctx, c, live.Spec.Group+"/"+v.Name, live.Spec.Names.ListKind, snapshot, func(item *unstructured.Unstructured) error {
 			uid := string(item.GetUID())
 			if byUID[uid] == nil {
 				byUID[uid] = map[string]*unstructured.Unstructured{}
@@ -52,6 +55,9 @@ func Verify(ctx context.Context, c client.Client, cfg Config) (*VerifyReport, er
 		})
 		if err != nil {
 			return nil, fmt.Errorf("list %s through %s: %w", live.Spec.Names.Plural, v.Name, err)
+		}
+		if snapshot == "" {
+			snapshot = rv
 		}
 	}
 	uids := make([]string, 0, len(byUID))
