@@ -25,7 +25,8 @@ import (
 )
 
 // scrapeMetrics GETs the manager's /metrics with token ("" for none) and returns the status
-// code and body.
+// code and body; a failed connection is code 0 with the error as the body (the metrics
+// server may start a moment after the replica is Ready: callers poll).
 func scrapeMetrics(t *testing.T, m *widgetenv.Manager, token string) (int, string) {
 	t.Helper()
 	insecure := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed metrics certificate
@@ -35,7 +36,7 @@ func scrapeMetrics(t *testing.T, m *widgetenv.Manager, token string) (int, strin
 	}
 	resp, err := insecure.Do(req)
 	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
+		return 0, err.Error()
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
@@ -73,7 +74,7 @@ func TestReadinessJudgesTheCertificate(t *testing.T) {
 		testenv.Eventually(t, 20*time.Second, "metrics "+strings.Join(want, ", "), func() error {
 			code, body := scrapeMetrics(t, m, scraper)
 			if code != http.StatusOK {
-				return fmt.Errorf("HTTP %d", code)
+				return fmt.Errorf("HTTP %d: %.200s", code, body)
 			}
 			for _, w := range want {
 				if !strings.Contains(body, w) {
