@@ -59,38 +59,40 @@ func (c *trustCheck) judges(ctx context.Context) ([]certtrust.Judge, error) {
 		return judges, nil
 	}
 	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	switch err := c.reader.Get(ctx, client.ObjectKey{Name: c.webhookConfig}, mutating); {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return nil, fmt.Errorf("read MutatingWebhookConfiguration %s: %w", c.webhookConfig, err)
-	default:
-		var ccs []admissionregistrationv1.WebhookClientConfig
+	js, err := c.configJudges(ctx, "MutatingWebhookConfiguration", mutating, func() (ccs []admissionregistrationv1.WebhookClientConfig) {
 		for _, w := range mutating.Webhooks {
 			ccs = append(ccs, w.ClientConfig)
 		}
-		js, err := certtrust.AdmissionJudges("MutatingWebhookConfiguration", c.webhookConfig, ccs)
-		if err != nil {
-			return nil, err
-		}
-		judges = append(judges, js...)
+		return ccs
+	})
+	if err != nil {
+		return nil, err
 	}
+	judges = append(judges, js...)
 	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	switch err := c.reader.Get(ctx, client.ObjectKey{Name: c.webhookConfig}, validating); {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return nil, fmt.Errorf("read ValidatingWebhookConfiguration %s: %w", c.webhookConfig, err)
-	default:
-		var ccs []admissionregistrationv1.WebhookClientConfig
+	js, err = c.configJudges(ctx, "ValidatingWebhookConfiguration", validating, func() (ccs []admissionregistrationv1.WebhookClientConfig) {
 		for _, w := range validating.Webhooks {
 			ccs = append(ccs, w.ClientConfig)
 		}
-		js, err := certtrust.AdmissionJudges("ValidatingWebhookConfiguration", c.webhookConfig, ccs)
-		if err != nil {
-			return nil, err
-		}
-		judges = append(judges, js...)
+		return ccs
+	})
+	if err != nil {
+		return nil, err
 	}
+	judges = append(judges, js...)
 	return judges, nil
+}
+
+// configJudges reads the admission configuration of kind named webhookConfig into obj and
+// returns the judges of its webhooks (none when it does not exist).
+func (c *trustCheck) configJudges(ctx context.Context, kind string, obj client.Object, clientConfigs func() []admissionregistrationv1.WebhookClientConfig) ([]certtrust.Judge, error) {
+	switch err := c.reader.Get(ctx, client.ObjectKey{Name: c.webhookConfig}, obj); {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read %s %s: %w", kind, c.webhookConfig, err)
+	}
+	return certtrust.AdmissionJudges(kind, c.webhookConfig, clientConfigs())
 }
 
 // status judges the certificate served now: validity is nil when it is within its validity;
