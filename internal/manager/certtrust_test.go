@@ -116,7 +116,7 @@ func TestReadinessJudgesTheCertificate(t *testing.T) {
 	setCRDBundle(other.PEM)
 	readiness(false, "CustomResourceDefinition widgets.widgetry.io does not trust the serving certificate")
 	metric(`widget_webhook_certificate_trusted{source="CustomResourceDefinition widgets.widgetry.io"} 0`)
-	if !logHas(t, m.LogFile, "not ready: the apiserver would refuse the serving certificate") {
+	if !m.LogContains("not ready: the apiserver would refuse the serving certificate") {
 		t.Error("the log does not say why the replica is not ready")
 	}
 	// Both CAs, as in a rotation's overlap: trusted again.

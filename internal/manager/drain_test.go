@@ -10,9 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -109,7 +107,7 @@ func TestDrainLeavesKeptAliveConnectionsToTheClient(t *testing.T) {
 			t.Fatal("the manager did not exit within 20 s of its clients closing every connection")
 		}
 		t.Logf("exited %s after SIGTERM, %s after the last answer", time.Since(sent).Round(time.Millisecond), time.Since(answered).Round(time.Millisecond))
-		if !logHas(t, m.LogFile, "every webhook connection closed by its client") {
+		if !m.LogContains("every webhook connection closed by its client") {
 			t.Error("the log does not say the connections were drained")
 		}
 	})
@@ -127,17 +125,8 @@ func TestDrainLeavesKeptAliveConnectionsToTheClient(t *testing.T) {
 		if took < 5500*time.Millisecond || took > 15*time.Second {
 			t.Errorf("exited %s after SIGTERM, want about the 6 s connection drain timeout", took)
 		}
-		if !logHas(t, m.LogFile, "connection drain timed out") || !logHas(t, m.LogFile, `"open":1`) {
+		if !m.LogContains("connection drain timed out") || !m.LogContains(`"open":1`) {
 			t.Error("the log does not name the connection closed at the timeout")
 		}
 	})
-}
-
-func logHas(t *testing.T, path, s string) bool {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Contains(string(b), s)
 }

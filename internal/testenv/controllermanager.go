@@ -219,7 +219,7 @@ func (cm *ControllerManager) lostPortRace() bool {
 	default:
 		return false
 	}
-	return cm.logContains("address already in use")
+	return cm.LogContains("address already in use")
 }
 
 // freePort asks the kernel for a free loopback port. The port is free when freePort

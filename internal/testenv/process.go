@@ -86,8 +86,8 @@ func (p *Process) Stop(tb testing.TB, grace time.Duration) {
 	<-p.exited
 }
 
-// logContains reports whether the process's log holds s.
-func (p *Process) logContains(s string) bool {
+// LogContains reports whether the process's log holds s.
+func (p *Process) LogContains(s string) bool {
 	data, err := os.ReadFile(p.LogFile)
 	return err == nil && strings.Contains(string(data), s)
 }
