@@ -121,14 +121,9 @@ func (c *trustCheck) Check(req *http.Request) error {
 		return nil // the "certificate" check says why
 	}
 	validity, verdicts, unknown := c.status(req.Context())
-	var problems []string
+	problems := refusals(verdicts)
 	if validity != nil {
-		problems = append(problems, validity.Error())
-	}
-	for _, v := range verdicts {
-		if v.Err != nil {
-			problems = append(problems, v.Err.Error())
-		}
+		problems = append([]string{validity.Error()}, problems...)
 	}
 	verdict := strings.Join(problems, "; ")
 	c.mu.Lock()
@@ -157,7 +152,7 @@ func (c *trustCheck) metricsStatus(ctx context.Context) widgetmetrics.Certificat
 		return widgetmetrics.CertificateStatus{}
 	}
 	validity, verdicts, unknown := c.status(ctx)
-	s := widgetmetrics.CertificateStatus{Loaded: true, Valid: validity == nil}
+	s := widgetmetrics.CertificateStatus{Loaded: true, Valid: validity == nil, Held: c.cert.Held() != nil}
 	if unknown != nil {
 		return s
 	}

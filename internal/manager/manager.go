@@ -68,6 +68,18 @@ type Options struct {
 	// caBundles, with the CRD's, the serving certificate must verify against to be Ready;
 	// empty: the CRD's only.
 	WebhookConfigurationName string
+	// HoldUntrustedCertificates is the reload gate: a renewed serving certificate is served
+	// only once the caBundles trust it (servingCertificate). Off, a renewal is served the
+	// moment it is read, as controller-runtime's certwatcher does.
+	HoldUntrustedCertificates bool
+	// CABundleSecret, when set, is the Secret cainjector injects the caBundles from; the
+	// leader keeps its ca.crt overlapping every CA rotation (internal/cabundle), from the
+	// serving Secret ServingSecret and the replicas behind the Service WebhookServiceName.
+	CABundleSecret     string
+	ServingSecret      string
+	WebhookServiceName string
+	// CABundleInterval is how often the leader re-plans the bundle.
+	CABundleInterval time.Duration
 	// GCPercent is the garbage collector's target in force (internal/memlimit), for the log.
 	GCPercent int
 	// MemoryLimit is the Go memory limit in force (see internal/memlimit); 0 means none.
@@ -122,21 +134,23 @@ type Options struct {
 // DefaultOptions are the defaults cmd/widget-manager's flags start from.
 func DefaultOptions() Options {
 	return Options{
-		WebhookPort:             9443,
-		WebhookCertDir:          "/tmp/k8s-webhook-server/serving-certs",
-		WebhookCertName:         "tls.crt",
-		WebhookKeyName:          "tls.key",
-		WebhookBudgetWait:       5 * time.Second,
-		MetricsBindAddress:      ":8443",
-		HealthProbeBindAddress:  ":8081",
-		TLSMinVersion:           tls.VersionTLS12,
-		LeaderElection:          true,
-		LeaseDuration:           15 * time.Second,
-		RenewDeadline:           10 * time.Second,
-		RetryPeriod:             2 * time.Second,
-		DrainDelay:              10 * time.Second,
-		ConnectionDrainTimeout:  95 * time.Second,
-		GracefulShutdownTimeout: 30 * time.Second,
+		WebhookPort:               9443,
+		WebhookCertDir:            "/tmp/k8s-webhook-server/serving-certs",
+		WebhookCertName:           "tls.crt",
+		WebhookKeyName:            "tls.key",
+		HoldUntrustedCertificates: true,
+		CABundleInterval:          2 * time.Second,
+		WebhookBudgetWait:         5 * time.Second,
+		MetricsBindAddress:        ":8443",
+		HealthProbeBindAddress:    ":8081",
+		TLSMinVersion:             tls.VersionTLS12,
+		LeaderElection:            true,
+		LeaseDuration:             15 * time.Second,
+		RenewDeadline:             10 * time.Second,
+		RetryPeriod:               2 * time.Second,
+		DrainDelay:                10 * time.Second,
+		ConnectionDrainTimeout:    95 * time.Second,
+		GracefulShutdownTimeout:   30 * time.Second,
 	}
 }
 
@@ -162,6 +176,9 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if opts.ConnectionDrainTimeout < opts.DrainDelay {
 		return fmt.Errorf("--connection-drain-timeout (%s) is shorter than --drain-delay (%s): both count from SIGTERM, and the connection drain follows the drain delay", opts.ConnectionDrainTimeout, opts.DrainDelay)
 	}
+	if opts.CABundleSecret != "" && (opts.ServingSecret == "" || opts.WebhookServiceName == "") {
+		return errors.New("--ca-bundle-secret needs --serving-secret and --webhook-service-name: the bundle follows the serving Secret's CA and the certificates the Service's replicas serve")
+	}
 	s := scheme.New()
 	cert := newServingCertificate(opts.WebhookCertDir, opts.WebhookCertName, opts.WebhookKeyName)
 	tlsOpts := TLSOptions(opts.TLSMinVersion, opts.EnableHTTP2)
@@ -182,6 +199,15 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	}
 	trust := &trustCheck{cert: cert, reader: webhookMgr.GetClient(), crdName: crd.WidgetName, webhookConfig: opts.WebhookConfigurationName,
 		log: log.WithName("certificate-trust")}
+	if opts.HoldUntrustedCertificates {
+		cert.admit = trust.admit
+	}
+	bundleCertificates := widgetmetrics.NewCABundleGauge()
+	if opts.CABundleSecret != "" {
+		if err := metrics.Registry.Register(bundleCertificates); err != nil {
+			return fmt.Errorf("register CA bundle metrics: %w", err)
+		}
+	}
 	if err := metrics.Registry.Register(widgetmetrics.NewCertificateTrustCollector(trust.metricsStatus)); err != nil {
 		return fmt.Errorf("register certificate trust metrics: %w", err)
 	}
@@ -197,7 +223,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	// CRD, and a missing CRD, an unknown storage version or RBAC denied must not stop the
 	// webhooks.
 	buildController := func(ctx context.Context) (ctrl.Manager, error) {
-		if err := checkControllerRBAC(ctx, cfg, opts.Namespace); err != nil {
+		if err := checkControllerRBAC(ctx, cfg, opts.Namespace, caBundlePermissions(opts)); err != nil {
 			return nil, err
 		}
 		controllerMgr, err := newControllerManager(cfg, opts, s)
@@ -206,6 +232,11 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		}
 		if err := setupReconcilers(ctx, controllerMgr, opts); err != nil {
 			return nil, err
+		}
+		if opts.CABundleSecret != "" {
+			if err := controllerMgr.Add(newCABundleMaintainer(controllerMgr, opts, bundleCertificates)); err != nil {
+				return nil, err
+			}
 		}
 		return controllerMgr, nil
 	}

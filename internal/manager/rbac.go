@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -36,7 +37,7 @@ var namespacedControllerPermissions = []authorizationv1.ResourceAttributes{
 // checkControllerRBAC asks the apiserver (SelfSubjectAccessReview, which every authenticated
 // identity may create) whether this identity holds the controller's permissions, and names
 // every one it lacks.
-func checkControllerRBAC(ctx context.Context, cfg *rest.Config, namespace string) error {
+func checkControllerRBAC(ctx context.Context, cfg *rest.Config, namespace string, extra []authorizationv1.ResourceAttributes) error {
 	cs, err := kubernetes.NewForConfig(rest.AddUserAgent(rest.CopyConfig(cfg), "rbac-check"))
 	if err != nil {
 		return err
@@ -56,6 +57,9 @@ func checkControllerRBAC(ctx context.Context, cfg *rest.Config, namespace string
 			if attrs.Subresource != "" {
 				what += "/" + attrs.Subresource
 			}
+			if attrs.Name != "" {
+				what += " " + attrs.Name
+			}
 			where := "cluster-wide"
 			if attrs.Namespace != "" {
 				where = "in namespace " + attrs.Namespace
@@ -69,7 +73,7 @@ func checkControllerRBAC(ctx context.Context, cfg *rest.Config, namespace string
 			return err
 		}
 	}
-	for _, attrs := range namespacedControllerPermissions {
+	for _, attrs := range slices.Concat(namespacedControllerPermissions, extra) {
 		attrs.Namespace = namespace
 		if err := check(attrs); err != nil {
 			return err

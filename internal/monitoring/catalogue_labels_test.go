@@ -55,6 +55,7 @@ func TestCatalogueLabelsMatchCode(t *testing.T) {
 		widgetmetrics.NewCRDCollector(nil, logr.Discard(), WidgetCRD),
 		widgetmetrics.NewCertificateExpiryCollector(func() *x509.Certificate { return nil }),
 		widgetmetrics.NewCertificateTrustCollector(func(context.Context) widgetmetrics.CertificateStatus { return widgetmetrics.CertificateStatus{} }),
+		widgetmetrics.NewCABundleGauge(),
 		migrate.NewProgressCollector(nil, "widget-system"),
 		controller.NewPausedCollector(nil, logr.Discard()),
 	}, kept.collectors...)

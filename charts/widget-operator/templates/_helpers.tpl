@@ -108,9 +108,21 @@ line indented by "indent". Arguments: dict "root" $ "indent" N.
 {{- printf "%s-hooks" (include "widget-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* cert-manager's cainjector annotation: the serving Certificate's CA goes into caBundle. */}}
+{{- define "widget-operator.caBundleSecretName" -}}
+{{- printf "%s-ca-bundle" (include "widget-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+cert-manager's cainjector annotation. With certManager.caBundleOverlap the caBundle comes from
+the bundle Secret the manager keeps (outgoing and incoming CA across a rotation); without, from
+the serving Certificate (its current CA only).
+*/}}
 {{- define "widget-operator.injectCAFrom" -}}
+{{- if .Values.certManager.caBundleOverlap }}
+cert-manager.io/inject-ca-from-secret: {{ printf "%s/%s" .Release.Namespace (include "widget-operator.caBundleSecretName" .) }}
+{{- else }}
 cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "widget-operator.servingCertificateName" .) }}
+{{- end }}
 {{- end }}
 
 {{/* Pod and container security contexts (values; the defaults meet Pod Security "restricted"). */}}

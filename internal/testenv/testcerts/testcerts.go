@@ -29,12 +29,18 @@ type CA struct {
 // NewCA makes a self-signed ECDSA P-256 CA valid for a day.
 func NewCA(tb testing.TB, commonName string) *CA {
 	tb.Helper()
+	return NewCAValid(tb, commonName, time.Now().Add(-time.Minute), time.Now().Add(24*time.Hour))
+}
+
+// NewCAValid is NewCA with the validity period given.
+func NewCAValid(tb testing.TB, commonName string, notBefore, notAfter time.Time) *CA {
+	tb.Helper()
 	key := newKey(tb)
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(tb),
 		Subject:               pkix.Name{CommonName: commonName},
-		NotBefore:             time.Now().Add(-time.Minute),
-		NotAfter:              time.Now().Add(24 * time.Hour),
+		NotBefore:             notBefore,
+		NotAfter:              notAfter,
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
