@@ -43,9 +43,9 @@ func TestPlanOverlapsARotation(t *testing.T) {
 		return out
 	}
 	for _, tc := range []struct {
-		name                 string
-		state                cabundle.State
-		want                 []string
+		name                   string
+		state                  cabundle.State
+		want                   []string
 		wantAdded, wantRemoved int
 	}{
 		{name: "empty bundle at install: the issued CA", want: []string{"old"}, wantAdded: 1,

@@ -5,6 +5,7 @@ package manager_test
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net/http"
@@ -143,11 +144,143 @@ func TestReadinessJudgesTheCertificate(t *testing.T) {
 	}
 	readiness(true, "ok")
 
-	// An expired certificate on disk: reloaded, and judged expired.
-	op.CA.IssueValid(t, time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour), "127.0.0.1", "localhost").WriteDir(t, op.CertDir)
-	readiness(false, "expired at")
-	metric(`widget_webhook_certificate_valid 0`)
-	op.CA.Issue(t, "127.0.0.1", "localhost").WriteDir(t, op.CertDir)
-	readiness(true, "ok")
-	metric(`widget_webhook_certificate_valid 1`)
+}
+
+func serialOf(t *testing.T, s testcerts.Serving) string {
+	t.Helper()
+	c := s.TLSCertificate(t)
+	leaf, err := x509.ParseCertificate(c.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leaf.SerialNumber.String()
+}
+
+// TestReloadGateHoldsUntrustedRenewals: a renewed certificate whose CA the caBundles do not
+// hold yet is not served (the replica keeps presenting the trusted one, stays Ready and says
+// so in its log and widget_webhook_certificate_renewal_held); it is served the moment every
+// bundle trusts it. An expired renewal is held back too. A served certificate that expires
+// makes the replica not Ready, and then any renewal is served (nothing to lose).
+func TestReloadGateHoldsUntrustedRenewals(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
+	op := widgetenv.Setup(t, env, crd.StageAddVersion)
+	m := op.StartManager(t, widgetenv.ManagerOptions{})
+	scraper := widgetenv.ServiceAccountToken(t, env, "prometheus", true)
+	ctx := context.Background()
+	newCA := testcerts.NewCA(t, "the new CA")
+	pool := op.CA.CertPool()
+	pool.AddCert(newCA.Cert)
+	served := func() string { return servedSerial(t, pool, m.WebhookPort) }
+	initial := served()
+
+	serves := func(serial, why string) {
+		t.Helper()
+		testenv.Eventually(t, 20*time.Second, "serving serial "+serial+" ("+why+")", func() error {
+			if got := served(); got != serial {
+				return fmt.Errorf("serves %s", got)
+			}
+			return nil
+		})
+	}
+	keepsServing := func(serial, why string) {
+		t.Helper()
+		// Several reloads of the files (one a second) pass; the served serial must not move.
+		for range 5 {
+			time.Sleep(time.Second)
+			if got := served(); got != serial {
+				t.Fatalf("serves %s, want %s still: %s", got, serial, why)
+			}
+		}
+	}
+	metric := func(want string) {
+		t.Helper()
+		testenv.Eventually(t, 20*time.Second, "metric "+want, func() error {
+			code, body := scrapeMetrics(t, m, scraper)
+			if code != http.StatusOK || !strings.Contains(body, want) {
+				return fmt.Errorf("HTTP %d, no %s", code, want)
+			}
+			return nil
+		})
+	}
+	ready := func(ready bool, says string) {
+		t.Helper()
+		testenv.Eventually(t, 20*time.Second, fmt.Sprintf("ready %t saying %q", ready, says), func() error {
+			code, _ := readyz(t, m, "")
+			_, one := readyz(t, m, "/certificate-trust")
+			if (code == http.StatusOK) != ready || !strings.Contains(one, says) {
+				return fmt.Errorf("HTTP %d, certificate-trust: %s", code, one)
+			}
+			return nil
+		})
+	}
+	bundles := func(pem []byte, admission bool) {
+		t.Helper()
+		live := &apiextensionsv1.CustomResourceDefinition{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: crd.WidgetName}, live); err != nil {
+			t.Fatal(err)
+		}
+		live.Spec.Conversion.Webhook.ClientConfig.CABundle = pem
+		if err := env.Client.Update(ctx, live); err != nil {
+			t.Fatal(err)
+		}
+		if !admission {
+			return
+		}
+		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: "widget-operator"}, mwc); err != nil {
+			t.Fatal(err)
+		}
+		for i := range mwc.Webhooks {
+			mwc.Webhooks[i].ClientConfig.CABundle = pem
+		}
+		if err := env.Client.Update(ctx, mwc); err != nil {
+			t.Fatal(err)
+		}
+		vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: "widget-operator"}, vwc); err != nil {
+			t.Fatal(err)
+		}
+		for i := range vwc.Webhooks {
+			vwc.Webhooks[i].ClientConfig.CABundle = pem
+		}
+		if err := env.Client.Update(ctx, vwc); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A renewal under a CA no bundle holds: held back; the replica stays Ready.
+	renewed := newCA.Issue(t, "127.0.0.1", "localhost")
+	renewed.WriteDir(t, op.CertDir)
+	keepsServing(initial, "the bundles do not trust the renewal's CA")
+	metric("widget_webhook_certificate_renewal_held 1")
+	ready(true, "ok")
+	if !m.LogContains("holding back the renewed serving certificate") {
+		t.Error("the log does not say the renewal is held back")
+	}
+	// The CRD trusts both CAs, the admission configurations not yet: still held.
+	both := append(append([]byte{}, op.CA.PEM...), newCA.PEM...)
+	bundles(both, false)
+	keepsServing(initial, "the admission configurations do not trust the renewal's CA")
+	// Every bundle trusts both: served at once.
+	bundles(both, true)
+	serves(serialOf(t, renewed), "every bundle trusts the renewal")
+	metric("widget_webhook_certificate_renewal_held 0")
+	ready(true, "ok")
+
+	// An expired renewal is not served over a trusted certificate.
+	newCA.IssueValid(t, time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour), "127.0.0.1", "localhost").WriteDir(t, op.CertDir)
+	keepsServing(serialOf(t, renewed), "the renewal has expired")
+	metric("widget_webhook_certificate_renewal_held 1")
+
+	// A served certificate that expires: not Ready, then any trusted renewal is served.
+	shortLived := newCA.IssueValid(t, time.Now().Add(-time.Minute), time.Now().Add(8*time.Second), "127.0.0.1", "localhost")
+	shortLived.WriteDir(t, op.CertDir)
+	serves(serialOf(t, shortLived), "trusted and valid")
+	ready(false, "expired at")
+	metric("widget_webhook_certificate_valid 0")
+	fresh := op.CA.Issue(t, "127.0.0.1", "localhost")
+	fresh.WriteDir(t, op.CertDir)
+	serves(serialOf(t, fresh), "renewed after expiry")
+	ready(true, "ok")
+	metric("widget_webhook_certificate_valid 1")
 }
