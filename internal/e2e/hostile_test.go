@@ -58,8 +58,14 @@ func newAttacker(t *testing.T, c *cluster.Cluster, k client.Client) *attacker {
 // managerPods are the manager's running pods.
 func managerPods(t *testing.T, k client.Client) []corev1.Pod {
 	t.Helper()
+	return managerPodsOf(t, k, ns)
+}
+
+// managerPodsOf is managerPods in namespace.
+func managerPodsOf(t *testing.T, k client.Client, namespace string) []corev1.Pod {
+	t.Helper()
 	pods := &corev1.PodList{}
-	if err := k.List(context.Background(), pods, client.InNamespace(ns),
+	if err := k.List(context.Background(), pods, client.InNamespace(namespace),
 		client.MatchingLabels{"app.kubernetes.io/name": release, "app.kubernetes.io/component": "manager"}); err != nil {
 		t.Fatal(err)
 	}

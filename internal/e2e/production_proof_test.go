@@ -155,30 +155,37 @@ func (w *warnings) HandleWarningHeaderWithContext(_ context.Context, code int, a
 	}
 }
 
-// servedSerials dials every running manager pod's webhook port and returns the serial of the
-// certificate each serves, by pod name.
-func servedSerials(t *testing.T, c *cluster.Cluster, k client.Client) map[string]string {
+// servedSerials dials every running manager pod's webhook port in namespace and returns the
+// serial of the certificate each serves, by pod name.
+func servedSerials(t *testing.T, c *cluster.Cluster, k client.Client, namespace string) map[string]string {
 	t.Helper()
 	serials := map[string]string{}
-	for _, p := range managerPods(t, k) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		raw, err := c.DialContext(ctx, "tcp", net.JoinHostPort(p.Status.PodIP, "9443"))
+	for _, p := range managerPodsOf(t, k, namespace) {
+		chain, err := servedChain(c, p.Status.PodIP)
 		if err != nil {
-			cancel()
-			serials[p.Name] = "unreachable: " + err.Error()
-			continue
-		}
-		conn := tls.Client(raw, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only the serial is read
-		err = conn.HandshakeContext(ctx)
-		cancel()
-		if err != nil {
-			serials[p.Name] = "handshake: " + err.Error()
+			serials[p.Name] = err.Error()
 		} else {
-			serials[p.Name] = conn.ConnectionState().PeerCertificates[0].SerialNumber.Text(16)
+			serials[p.Name] = chain[0].SerialNumber.Text(16)
 		}
-		conn.Close()
 	}
 	return serials
+}
+
+// servedChain completes a TLS handshake with the webhook port of the pod at ip and returns the
+// chain it presents (not verified: the caller judges it).
+func servedChain(c *cluster.Cluster, ip string) ([]*x509.Certificate, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	raw, err := c.DialContext(ctx, "tcp", net.JoinHostPort(ip, "9443"))
+	if err != nil {
+		return nil, fmt.Errorf("unreachable: %w", err)
+	}
+	defer raw.Close()
+	conn := tls.Client(raw, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // the caller judges the chain
+	if err := conn.HandshakeContext(ctx); err != nil {
+		return nil, fmt.Errorf("handshake: %w", err)
+	}
+	return conn.ConnectionState().PeerCertificates, nil
 }
 
 // secretSerial is the serial of the leaf in a kubernetes.io/tls Secret.
@@ -353,7 +360,7 @@ func TestProductionProof(t *testing.T) {
 		}
 		want := secretSerial(t, cur)
 		testenv.Eventually(t, 3*time.Minute, "every replica serves serial "+want, func() error {
-			for pod, serial := range servedSerials(t, c, k) {
+			for pod, serial := range servedSerials(t, c, k, ns) {
 				if serial != want {
 					return fmt.Errorf("%s serves %s", pod, serial)
 				}
@@ -365,6 +372,16 @@ func TestProductionProof(t *testing.T) {
 	})
 	report["time to Ready after renewal"] = renewal.Round(100 * time.Millisecond).String()
 	report["time until every replica serves the new certificate"] = served.Round(100 * time.Millisecond).String()
+	var rotation caRotation
+	step("forced CA rotation (new CA, then new leaves)", func() {
+		rotation = rotateCA(t, c, k, ns, release, true)
+	})
+	report["CA rotation: until every replica serves the new CA's leaf"] = rotation.Served.Round(100 * time.Millisecond).String()
+	report["CA rotation: until the old CA left the caBundle"] = rotation.OldCALeft.Round(100 * time.Millisecond).String()
+	report["CA rotation: longest time a replica served a certificate the CRD's caBundle did not trust"] = rotation.Untrusted.Round(100*time.Millisecond).String() + " (" + rotation.Samples + ")"
+	if rotation.Untrusted > 0 {
+		t.Errorf("during the CA rotation a replica served a certificate the CRD's caBundle did not trust: %s", rotation.Samples)
+	}
 	var handover time.Duration
 	step("leader pod deleted", func() {
 		// A read of the Lease that fails under load is not "no leader": read until one is named.

@@ -1,0 +1,275 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/widgetry/widget-operator/internal/cabundle"
+	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/scheme"
+	"github.com/widgetry/widget-operator/internal/testenv"
+	"github.com/widgetry/widget-operator/internal/testenv/cluster"
+)
+
+// trustSampler measures, per replica, how long it served a certificate that the caBundle then
+// in the CRD did not trust: each sample reads the bundle, asks every running manager pod for
+// its chain, and reads the bundle again; a pod is counted untrusted only when neither read
+// trusts its chain (the bundle may change between the reads, and either could be the one the
+// apiserver used). The time until the next sample is charged to the verdict.
+type trustSampler struct {
+	c         *cluster.Cluster
+	k         client.Client
+	namespace string
+	host      string // the name the apiserver dials
+
+	mu        sync.Mutex
+	untrusted map[string]time.Duration
+	samples   int
+	first     map[string]string // the first refusal seen, by pod
+}
+
+func newTrustSampler(c *cluster.Cluster, k client.Client, namespace, releaseName string) *trustSampler {
+	return &trustSampler{c: c, k: k, namespace: namespace, host: releaseName + "-webhook." + namespace + ".svc",
+		untrusted: map[string]time.Duration{}, first: map[string]string{}}
+}
+
+// run samples until ctx ends.
+func (s *trustSampler) run(ctx context.Context) {
+	last := time.Now()
+	var pending []string // pods untrusted at the previous sample
+	for ctx.Err() == nil {
+		now := time.Now()
+		s.mu.Lock()
+		for _, p := range pending {
+			s.untrusted[p] += now.Sub(last)
+		}
+		s.mu.Unlock()
+		last = now
+		pending = s.sample(ctx)
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// sample returns the pods whose served chain neither bundle read trusts.
+func (s *trustSampler) sample(ctx context.Context) []string {
+	before, err := s.bundle(ctx)
+	if err != nil {
+		return nil
+	}
+	type served struct {
+		pod   string
+		chain []*x509.Certificate
+	}
+	var chains []served
+	// Listed here, not with managerPodsOf: a sample that cannot list is skipped, not fatal
+	// (this runs beside the test's goroutine).
+	pods := &corev1.PodList{}
+	if err := s.k.List(ctx, pods, client.InNamespace(s.namespace), client.MatchingLabels{"app.kubernetes.io/component": "manager"}); err != nil {
+		return nil
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+			continue
+		}
+		if chain, err := servedChain(s.c, p.Status.PodIP); err == nil {
+			chains = append(chains, served{p.Name, chain})
+		}
+	}
+	after, err := s.bundle(ctx)
+	if err != nil {
+		return nil
+	}
+	var untrusted []string
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.samples++
+	for _, sv := range chains {
+		errBefore, errAfter := verifyWith(sv.chain, before, s.host), verifyWith(sv.chain, after, s.host)
+		if errBefore != nil && errAfter != nil {
+			untrusted = append(untrusted, sv.pod)
+			if _, seen := s.first[sv.pod]; !seen {
+				s.first[sv.pod] = errAfter.Error()
+			}
+		}
+	}
+	return untrusted
+}
+
+func (s *trustSampler) bundle(ctx context.Context) ([]byte, error) {
+	live := &apiextensionsv1.CustomResourceDefinition{}
+	if err := s.k.Get(ctx, client.ObjectKey{Name: crd.WidgetName}, live); err != nil {
+		return nil, err
+	}
+	if cv := live.Spec.Conversion; cv != nil && cv.Webhook != nil && cv.Webhook.ClientConfig != nil {
+		return cv.Webhook.ClientConfig.CABundle, nil
+	}
+	return nil, fmt.Errorf("the CRD has no conversion webhook")
+}
+
+// verifyWith verifies a served chain as the apiserver does, against bundle, for host.
+func verifyWith(chain []*x509.Certificate, bundle []byte, host string) error {
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(bundle) {
+		return fmt.Errorf("an empty caBundle")
+	}
+	intermediates := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		intermediates.AddCert(c)
+	}
+	_, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: intermediates, DNSName: host,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	return err
+}
+
+// worst is the longest untrusted window of any pod, and a line per pod for the report.
+func (s *trustSampler) worst() (time.Duration, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var worst time.Duration
+	var lines []string
+	for _, pod := range slices.Sorted(maps.Keys(s.untrusted)) {
+		d := s.untrusted[pod]
+		worst = max(worst, d)
+		lines = append(lines, fmt.Sprintf("%s %s (%s)", pod, d.Round(100*time.Millisecond), s.first[pod]))
+	}
+	return worst, fmt.Sprintf("%d samples; untrusted: %s", s.samples, strings.Join(lines, "; "))
+}
+
+// caRotation is what rotateCA measured.
+type caRotation struct {
+	// Served: from the CA's deletion until every replica serves a leaf of the new CA.
+	Served time.Duration
+	// OldCALeft: until the CRD's caBundle holds the new CA alone (0 when not awaited).
+	OldCALeft time.Duration
+	// Untrusted is the longest time a replica served a certificate the CRD's bundle did
+	// not trust; Samples describes every pod's.
+	Untrusted time.Duration
+	Samples   string
+}
+
+// rotateCA forces a rotation of the chart's own CA the way an expiring CA is rotated: the
+// CA's Secret is deleted (cert-manager issues a new CA with a new key), then the serving
+// certificate's (cert-manager issues a leaf of the new CA), and waits until every replica
+// serves it; with awaitOverlapEnd, also until the bundle has dropped the old CA. A trust
+// sampler runs throughout.
+func rotateCA(t *testing.T, c *cluster.Cluster, k client.Client, namespace, releaseName string, awaitOverlapEnd bool) caRotation {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	sampler := newTrustSampler(c, k, namespace, releaseName)
+	done := make(chan struct{})
+	go func() { sampler.run(ctx); close(done) }()
+	defer func() { stop(); <-done }()
+
+	reissue := func(secret string) *corev1.Secret {
+		t.Helper()
+		old := &corev1.Secret{}
+		if err := k.Get(ctx, client.ObjectKey{Namespace: namespace, Name: secret}, old); err != nil {
+			t.Fatal(err)
+		}
+		c.Kubectl(t, "-n", namespace, "delete", "secret", secret)
+		cur := &corev1.Secret{}
+		testenv.Eventually(t, 2*time.Minute, "Secret "+secret+" reissued", func() error {
+			if err := k.Get(ctx, client.ObjectKey{Namespace: namespace, Name: secret}, cur); err != nil {
+				return err
+			}
+			if len(cur.Data["tls.crt"]) == 0 || string(cur.Data["tls.crt"]) == string(old.Data["tls.crt"]) {
+				return fmt.Errorf("not reissued yet")
+			}
+			return nil
+		})
+		return cur
+	}
+	s := time.Now()
+	newCA := reissue(releaseName + "-ca")
+	c.Kubectl(t, "-n", namespace, "wait", "--for=condition=Ready", "certificate/"+releaseName+"-ca", "--timeout=2m")
+	serving := reissue(releaseName + "-serving-cert")
+	c.Kubectl(t, "-n", namespace, "wait", "--for=condition=Ready", "certificate", "--all", "--timeout=2m")
+	if string(serving.Data["ca.crt"]) != string(newCA.Data["tls.crt"]) {
+		t.Fatalf("the reissued serving certificate's ca.crt is not the new CA")
+	}
+	want := secretSerial(t, serving)
+	testenv.Eventually(t, 4*time.Minute, "every replica serves serial "+want+" (signed by the new CA)", func() error {
+		for pod, serial := range servedSerials(t, c, k, namespace) {
+			if serial != want {
+				return fmt.Errorf("%s serves %s", pod, serial)
+			}
+		}
+		return nil
+	})
+	r := caRotation{Served: time.Since(s)}
+	if awaitOverlapEnd {
+		testenv.Eventually(t, 2*time.Minute, "the CRD's caBundle holds the new CA alone", func() error {
+			b, err := sampler.bundle(ctx)
+			if err != nil {
+				return err
+			}
+			certs, err := cabundle.Parse(b)
+			if err != nil {
+				return err
+			}
+			if len(certs) != 1 || string(cabundle.Encode(certs)) != string(newCA.Data["tls.crt"]) {
+				return fmt.Errorf("the bundle holds %d CAs", len(certs))
+			}
+			return nil
+		})
+		r.OldCALeft = time.Since(s)
+	}
+	time.Sleep(3 * time.Second) // a last few samples after the swap
+	stop()
+	<-done
+	r.Untrusted, r.Samples = sampler.worst()
+	return r
+}
+
+// TestCARotationWithoutOverlap is the CA rotation step's negative control: the same rotation
+// with certManager.caBundleOverlap=false, where cainjector injects the serving Certificate's
+// CA directly (cert-manager's default). The replicas then serve, for a while, a leaf the
+// CRD's bundle no longer trusts; the sampler must see that window, or the production proof's
+// zero would prove nothing.
+func TestCARotationWithoutOverlap(t *testing.T) {
+	c := cluster.Start(t)
+	c.ImportOperatorImage(t)
+	c.StartCertManager(t)
+	const namespace = "ca-no-overlap"
+	c.Kubectl(t, "create", "namespace", namespace)
+	c.Kubectl(t, "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
+	chart := filepath.Join(c.Root, "charts", release)
+	helm := func(args ...string) string {
+		return c.Run(t, filepath.Join(c.Bin, "helm4"), append(args, "-n", namespace)...)
+	}
+	helm("install", release, chart, "--set", "image.tag=dev", "--set", "certManager.caBundleOverlap=false", "--wait", "--timeout", "5m")
+	t.Cleanup(func() {
+		helm("uninstall", release, "--wait", "--timeout", "5m")
+		c.Kubectl(t, "delete", "crd", crd.WidgetName, "--ignore-not-found")
+	})
+	cfg := rest.CopyConfig(c.Config)
+	cfg.WarningHandlerWithContext = rest.NoWarnings{}
+	k, err := client.New(cfg, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rotateCA(t, c, k, namespace, release, false)
+	t.Logf("without the overlap: every replica served the new CA's leaf after %s; longest untrusted window %s; %s",
+		r.Served.Round(100*time.Millisecond), r.Untrusted.Round(100*time.Millisecond), r.Samples)
+	if r.Untrusted == 0 {
+		t.Errorf("without the overlap no replica served an untrusted certificate during a CA rotation (%s): the sampler cannot tell the overlap works", r.Samples)
+	}
+}
