@@ -11,8 +11,10 @@
 #   kubectl ARGS...    kubectl against the cluster, run inside the namespace
 #   exec CMD ARGS...   any command inside the namespace with KUBECONFIG set (helm, curl, ...)
 #   import TAR...      import image tarballs (docker or OCI archives) into the node's containerd
-#   cert-manager       install cert-manager's CRDs and run its controllers and cainjector
-#                      (bin/cert-manager) next to the cluster; health on 127.0.0.1:9403
+#   cert-manager [GATES]  install cert-manager's CRDs and run its controllers and cainjector
+#                      (bin/cert-manager) next to the cluster; health on 127.0.0.1:9403;
+#                      GATES are cert-manager feature gates (e.g. CAInjectorMerging=false)
+#   cert-manager-stop  stop it (SIGTERM, then SIGKILL after 10 s)
 #   prometheus [EXTRA] run bin/prometheus next to the cluster on 127.0.0.1:9090, scraping
 #                      annotated pods found by kubernetes_sd_configs (+ scrape_configs in EXTRA)
 #   logs               list the component logs
@@ -503,6 +505,7 @@ start_next_to() {
 # cert-manager: its CRDs (without its webhook, which cannot run here) and bin/cert-manager,
 # the launcher of its real controllers and cainjector, health on 127.0.0.1:9403.
 cmd_cert_manager() {
+	local gates=${1:-}
 	[[ -e $NETNS ]] || die "the cluster is not up"
 	[[ -x $BIN/cert-manager && -d $BIN/cert-manager-crds ]] || die "$BIN/cert-manager missing: run scripts/toolchain.sh cert-manager"
 	if http_ok /readyz 9403; then
@@ -516,9 +519,25 @@ cmd_cert_manager() {
 		crd/certificaterequests.cert-manager.io crd/issuers.cert-manager.io crd/clusterissuers.cert-manager.io >/dev/null
 	in_ns "${kc[@]}" get namespace cert-manager >/dev/null 2>&1 || in_ns "${kc[@]}" create namespace cert-manager >/dev/null
 	start_next_to cert-manager "$BIN/cert-manager" --kubeconfig "$KUBECONFIG_ADMIN" \
-		--health-addr 127.0.0.1:9403 --cluster-resource-namespace cert-manager
+		--health-addr 127.0.0.1:9403 --cluster-resource-namespace cert-manager --feature-gates "$gates"
 	wait_for cert-manager 60 http_ok /readyz 9403
 	say "cert-manager controllers and cainjector running (log: $D/logs/cert-manager.log)"
+}
+
+# cert-manager-stop: the launcher started by cert-manager, stopped by its PID.
+cmd_cert_manager_stop() {
+	local pid i
+	pid=$(cat "$D/pids/cert-manager.pid" 2>/dev/null) || { say "cert-manager is not running"; return; }
+	if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$BIN/cert-manager"; then
+		kill "$pid" 2>/dev/null || true
+		for ((i = 0; i < 100; i++)); do
+			[[ -d /proc/$pid ]] || break
+			sleep 0.1
+		done
+		kill -9 "$pid" 2>/dev/null || true
+	fi
+	rm -f "$D/pids/cert-manager.pid"
+	say "cert-manager stopped"
 }
 
 # prometheus [EXTRA.yml]: bin/prometheus on 127.0.0.1:9090, scraping every 2s the pods
@@ -576,8 +595,9 @@ kubectl) shift; exec nsenter --net="$NETNS" "$BIN/kubectl" --kubeconfig "$KUBECO
 exec) shift; KUBECONFIG=$KUBECONFIG_ADMIN exec nsenter --net="$NETNS" "$@" ;;
 import) shift; cmd_import "$@" ;;
 logs) ls -l "$D/logs" ;;
-cert-manager) cmd_cert_manager ;;
+cert-manager) shift; cmd_cert_manager "$@" ;;
+cert-manager-stop) cmd_cert_manager_stop ;;
 prometheus) shift; cmd_prometheus "$@" ;;
 _inside) inside ;;
-*) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+*) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

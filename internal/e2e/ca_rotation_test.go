@@ -14,10 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/widgetry/widget-operator/internal/cabundle"
 	"github.com/widgetry/widget-operator/internal/crd"
@@ -41,6 +43,7 @@ type trustSampler struct {
 	untrusted map[string]time.Duration
 	samples   int
 	first     map[string]string // the first refusal seen, by pod
+	trace     []string          // one line per sample: the bundle's CAs and what each pod serves
 }
 
 func newTrustSampler(c *cluster.Cluster, k client.Client, namespace, releaseName string) *trustSampler {
@@ -101,6 +104,11 @@ func (s *trustSampler) sample(ctx context.Context) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.samples++
+	line := time.Now().Format("15:04:05.000") + " bundle " + caSerials(before) + "→" + caSerials(after)
+	for _, sv := range chains {
+		line += fmt.Sprintf(" %s:%s", sv.pod[len(sv.pod)-5:], sv.chain[0].SerialNumber.Text(16)[:8])
+	}
+	s.trace = append(s.trace, line)
 	for _, sv := range chains {
 		errBefore, errAfter := verifyWith(sv.chain, before, s.host), verifyWith(sv.chain, after, s.host)
 		if errBefore != nil && errAfter != nil {
@@ -122,6 +130,19 @@ func (s *trustSampler) bundle(ctx context.Context) ([]byte, error) {
 		return cv.Webhook.ClientConfig.CABundle, nil
 	}
 	return nil, fmt.Errorf("the CRD has no conversion webhook")
+}
+
+// caSerials abbreviates the serials of a bundle's CAs, for the trace.
+func caSerials(bundle []byte) string {
+	certs, err := cabundle.Parse(bundle)
+	if err != nil {
+		return "unparsable"
+	}
+	var out []string
+	for _, c := range certs {
+		out = append(out, c.SerialNumber.Text(16)[:8])
+	}
+	return "[" + strings.Join(out, ",") + "]"
 }
 
 // verifyWith verifies a served chain as the apiserver does, against bundle, for host.
@@ -163,6 +184,8 @@ type caRotation struct {
 	// not trust; Samples describes every pod's.
 	Untrusted time.Duration
 	Samples   string
+	// Trace is the sampler's record, logged when a check fails.
+	Trace []string
 }
 
 // rotateCA forces a rotation of the chart's own CA the way an expiring CA is rotated: the
@@ -236,18 +259,32 @@ func rotateCA(t *testing.T, c *cluster.Cluster, k client.Client, namespace, rele
 	stop()
 	<-done
 	r.Untrusted, r.Samples = sampler.worst()
+	r.Trace = sampler.trace
 	return r
+}
+
+// replacingCAInjector runs cert-manager, for the rest of the test, with CAInjectorMerging off:
+// its cainjector then replaces a caBundle with the source's CA, as cert-manager did before
+// that gate (and does wherever it is turned off), instead of merging a new CA in and keeping
+// the old one until it expires. The chart's overlap must hold on its own there; with merging,
+// cainjector would mask it.
+func replacingCAInjector(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	c.RestartCertManager(t, "CAInjectorMerging=false")
+	t.Cleanup(func() { c.RestartCertManager(t, "") })
 }
 
 // TestCARotationWithoutOverlap is the CA rotation step's negative control: the same rotation
 // with certManager.caBundleOverlap=false, where cainjector injects the serving Certificate's
-// CA directly (cert-manager's default). The replicas then serve, for a while, a leaf the
-// CRD's bundle no longer trusts; the sampler must see that window, or the production proof's
-// zero would prove nothing.
+// CA directly, under the same replacing cainjector as the production proof. The replicas
+// then serve, for a while, a leaf the CRD's bundle no longer trusts; the sampler must see
+// that window, or the production proof's zero would prove nothing.
 func TestCARotationWithoutOverlap(t *testing.T) {
+	ctrllog.SetLogger(logr.Discard())
 	c := cluster.Start(t)
 	c.ImportOperatorImage(t)
 	c.StartCertManager(t)
+	replacingCAInjector(t, c)
 	const namespace = "ca-no-overlap"
 	c.Kubectl(t, "create", "namespace", namespace)
 	c.Kubectl(t, "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
@@ -270,6 +307,7 @@ func TestCARotationWithoutOverlap(t *testing.T) {
 	t.Logf("without the overlap: every replica served the new CA's leaf after %s; longest untrusted window %s; %s",
 		r.Served.Round(100*time.Millisecond), r.Untrusted.Round(100*time.Millisecond), r.Samples)
 	if r.Untrusted == 0 {
-		t.Errorf("without the overlap no replica served an untrusted certificate during a CA rotation (%s): the sampler cannot tell the overlap works", r.Samples)
+		t.Errorf("without the overlap no replica served an untrusted certificate during a CA rotation (%s): the sampler cannot tell the overlap works\n%s",
+			r.Samples, strings.Join(r.Trace, "\n"))
 	}
 }

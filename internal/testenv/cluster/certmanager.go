@@ -30,3 +30,18 @@ func (c *Cluster) StartCertManager(tb testing.TB) {
 	c.markStarted("cert-manager", true)
 	tb.Logf("cluster: cert-manager controllers and cainjector ready in %s", time.Since(start).Round(100*time.Millisecond))
 }
+
+// RestartCertManager stops cert-manager's launcher and starts it again with feature gates
+// ("" for cert-manager's defaults), e.g. "CAInjectorMerging=false" for a cainjector that
+// replaces a caBundle instead of merging a new CA into it.
+func (c *Cluster) RestartCertManager(tb testing.TB, featureGates string) {
+	tb.Helper()
+	if out, err := c.script(context.Background(), "cert-manager-stop"); err != nil {
+		tb.Fatalf("cluster: scripts/local-cluster.sh cert-manager-stop: %v\n%s", err, out)
+	}
+	if out, err := c.script(context.Background(), "cert-manager", featureGates); err != nil {
+		tb.Fatalf("cluster: scripts/local-cluster.sh cert-manager %s: %v\n%s", featureGates, err, out)
+	}
+	c.markStarted("cert-manager", true)
+	tb.Logf("cluster: cert-manager restarted (feature gates %q)", featureGates)
+}

@@ -29,6 +29,8 @@ import (
 	"syscall"
 	"time"
 
+	utilfeature "github.com/cert-manager/cert-manager/pkg/util/feature"
+
 	cmscheme "github.com/cert-manager/cert-manager/pkg/client/clientset/versioned/scheme"
 	controllerpkg "github.com/cert-manager/cert-manager/pkg/controller"
 	"github.com/cert-manager/cert-manager/pkg/controller/cainjector"
@@ -57,6 +59,7 @@ import (
 	_ "github.com/cert-manager/cert-manager/pkg/controller/certificates/trigger"
 	_ "github.com/cert-manager/cert-manager/pkg/controller/clusterissuers"
 	_ "github.com/cert-manager/cert-manager/pkg/controller/issuers"
+
 	// The issuer implementations the issuers/clusterissuers controllers check.
 	_ "github.com/cert-manager/cert-manager/pkg/issuer/ca"
 	_ "github.com/cert-manager/cert-manager/pkg/issuer/selfsigned"
@@ -86,12 +89,19 @@ func main() {
 	workers := fs.Int("workers", 2, "workers per controller")
 	minBackoff := fs.Duration("request-min-backoff", 5*time.Second, "minimum backoff after a failed CertificateRequest")
 	maxBackoff := fs.Duration("request-max-backoff", 2*time.Minute, "maximum backoff after a failed CertificateRequest")
+	// cert-manager's feature gates, e.g. CAInjectorMerging=false: the cainjector then replaces a
+	// caBundle with the source's CA instead of merging it in (the behaviour before the gate).
+	featureGates := fs.String("feature-gates", "", "cert-manager feature gates, key=value pairs separated by commas")
 	klogFlags := flag.NewFlagSet("klog", flag.ExitOnError)
 	klog.InitFlags(klogFlags)
 	fs.Var(&klogVerbosity{klogFlags}, "v", "log verbosity")
 	fs.Parse(os.Args[1:])
 	if *kubeconfig == "" {
 		fmt.Fprintln(os.Stderr, "cert-manager launcher: --kubeconfig (or $KUBECONFIG) is required")
+		os.Exit(2)
+	}
+	if err := utilfeature.DefaultMutableFeatureGate.Set(*featureGates); err != nil {
+		fmt.Fprintf(os.Stderr, "cert-manager launcher: --feature-gates: %v\n", err)
 		os.Exit(2)
 	}
 
