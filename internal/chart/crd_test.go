@@ -50,7 +50,7 @@ func TestCRDEveryStage(t *testing.T) {
 					t.Errorf("rendered CRD spec differs from crd.ApplyStageFlags(%s) (-want +got):\n%s", stage, cmp.Diff(want.Spec, got.Spec))
 				}
 				ann := got.Annotations
-				if ann["helm.sh/resource-policy"] != "keep" || ann["cert-manager.io/inject-ca-from"] != "widget-system/widget-operator-serving" {
+				if ann["helm.sh/resource-policy"] != "keep" || ann["cert-manager.io/inject-ca-from-secret"] != "widget-system/widget-operator-ca-bundle" {
 					t.Errorf("annotations: %v", ann)
 				}
 			})

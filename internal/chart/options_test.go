@@ -84,8 +84,9 @@ var optionCases = []valueCase{{
 		if sa := objs.Get("ServiceAccount", "widget-operator"); sa == nil || !automounts(t, sa) {
 			t.Errorf("ServiceAccount: %v", sa)
 		}
-		if len(objs.Kind("Secret")) != 0 {
-			t.Error("a Secret rendered by default")
+		// No token Secret without monitoring: the one Secret is the CA bundle's (empty).
+		if secrets := objs.Kind("Secret"); len(secrets) != 1 || secrets[0].GetName() != "widget-operator-ca-bundle" {
+			t.Errorf("Secrets rendered by default: %d", len(secrets))
 		}
 	},
 }, {
@@ -384,13 +385,17 @@ var optionCases = []valueCase{{
 		if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}) {
 			t.Errorf("policyTypes %v", np.Spec.PolicyTypes)
 		}
+		// From the control plane, the hooks, and the manager pods (the elected one asks each
+		// replica which certificate it serves, for the CA bundle).
 		from := np.Spec.Ingress[0].From
-		if len(from) != 2 || from[0].IPBlock.CIDR != "10.0.0.0/24" || from[1].PodSelector.MatchLabels["app.kubernetes.io/component"] != "hooks" {
+		if len(from) != 3 || from[0].IPBlock.CIDR != "10.0.0.0/24" || from[1].PodSelector.MatchLabels["app.kubernetes.io/component"] != "hooks" ||
+			from[2].PodSelector.MatchLabels["app.kubernetes.io/component"] != "manager" {
 			t.Errorf("webhook ingress from %+v", from)
 		}
 		eg := np.Spec.Egress
-		if len(eg) != 2 || eg[0].Ports[0].Port.IntValue() != 6443 || eg[0].To[0].IPBlock.CIDR != "10.0.0.10/32" ||
-			eg[1].Ports[0].Port.IntValue() != 53 || *eg[1].Ports[0].Protocol != corev1.ProtocolUDP || *eg[1].Ports[1].Protocol != corev1.ProtocolTCP {
+		if len(eg) != 3 || eg[0].Ports[0].Port.IntValue() != 6443 || eg[0].To[0].IPBlock.CIDR != "10.0.0.10/32" ||
+			eg[1].Ports[0].Port.IntValue() != 9443 || eg[1].To[0].PodSelector.MatchLabels["app.kubernetes.io/component"] != "manager" ||
+			eg[2].Ports[0].Port.IntValue() != 53 || *eg[2].Ports[0].Protocol != corev1.ProtocolUDP || *eg[2].Ports[1].Protocol != corev1.ProtocolTCP {
 			t.Errorf("egress %+v", eg)
 		}
 		np = &networkingv1.NetworkPolicy{}
@@ -399,6 +404,64 @@ var optionCases = []valueCase{{
 		}
 		if np.Spec.Egress != nil || !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
 			t.Errorf("egress off: %+v", np.Spec)
+		}
+	},
+}, {
+	name: "CA bundle overlap (default): the bundle Secret, cainjector's source, the manager's flags and RBAC",
+	check: func(t *testing.T, objs Objects) {
+		bundle := objs.Get("Secret", "widget-operator-ca-bundle")
+		if bundle == nil || bundle.GetAnnotations()["cert-manager.io/allow-direct-injection"] != "true" || bundle.Object["data"] != nil {
+			t.Fatalf("the bundle Secret: %v", bundle)
+		}
+		for _, o := range []struct{ kind, name string }{{"CustomResourceDefinition", "widgets.widgetry.io"},
+			{"MutatingWebhookConfiguration", "widget-operator"}, {"ValidatingWebhookConfiguration", "widget-operator"}} {
+			ann := objs.Get(o.kind, o.name).GetAnnotations()
+			if ann["cert-manager.io/inject-ca-from-secret"] != "widget-system/widget-operator-ca-bundle" || ann["cert-manager.io/inject-ca-from"] != "" {
+				t.Errorf("%s: %v", o.kind, ann)
+			}
+		}
+		args := deployment(t, objs).Spec.Template.Spec.Containers[0].Args
+		for _, want := range []string{"--ca-bundle-secret=widget-operator-ca-bundle", "--serving-secret=widget-operator-serving-cert", "--webhook-service-name=widget-operator-webhook"} {
+			if !slices.Contains(args, want) {
+				t.Errorf("manager args lack %s: %v", want, args)
+			}
+		}
+		role := &rbacv1.Role{}
+		if err := Into(objs.Get("Role", "widget-operator-manager"), role); err != nil {
+			t.Fatal(err)
+		}
+		var grants []string
+		for _, r := range role.Rules {
+			if slices.Contains(r.Resources, "secrets") {
+				grants = append(grants, strings.Join(r.Verbs, ",")+" "+strings.Join(r.ResourceNames, ","))
+			}
+		}
+		if want := []string{"get widget-operator-serving-cert,widget-operator-ca-bundle", "update widget-operator-ca-bundle"}; !slices.Equal(grants, want) {
+			t.Errorf("the manager's Secret grants %v, want %v (by name only)", grants, want)
+		}
+	},
+}, {
+	name: "CA bundle overlap off: cainjector injects from the serving Certificate, renewals served at once",
+	kv:   []any{"certManager.caBundleOverlap", false},
+	check: func(t *testing.T, objs Objects) {
+		if objs.Get("Secret", "widget-operator-ca-bundle") != nil {
+			t.Error("the bundle Secret is rendered without the overlap")
+		}
+		if ann := objs.Get("CustomResourceDefinition", "widgets.widgetry.io").GetAnnotations(); ann["cert-manager.io/inject-ca-from"] != "widget-system/widget-operator-serving" {
+			t.Errorf("CRD annotations %v", ann)
+		}
+		args := deployment(t, objs).Spec.Template.Spec.Containers[0].Args
+		if !slices.Contains(args, "--hold-untrusted-certificates=false") || slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--ca-bundle-secret") }) {
+			t.Errorf("manager args %v", args)
+		}
+		role := &rbacv1.Role{}
+		if err := Into(objs.Get("Role", "widget-operator-manager"), role); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range role.Rules {
+			if slices.Contains(r.Resources, "secrets") {
+				t.Errorf("the manager may read Secrets without the overlap: %+v", r)
+			}
 		}
 	},
 }}

@@ -188,8 +188,8 @@ var valueCases = []valueCase{{
 		}
 		for _, kind := range []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
 			u := objs.Get(kind, "widget-operator")
-			if u.GetAnnotations()["cert-manager.io/inject-ca-from"] != "widget-system/widget-operator-serving" {
-				t.Errorf("%s lacks inject-ca-from", kind)
+			if u.GetAnnotations()["cert-manager.io/inject-ca-from-secret"] != "widget-system/widget-operator-ca-bundle" {
+				t.Errorf("%s lacks inject-ca-from-secret", kind)
 			}
 			var wh admissionregistrationv1.ValidatingWebhook
 			b, _ := json.Marshal(field(t, u, "webhooks").([]any)[0])
