@@ -19,6 +19,7 @@ const (
 	AlertOperatorDegraded              = "WidgetOperatorDegraded"
 	AlertReconcileErrors               = "WidgetReconcileErrors"
 	AlertWebhookCertificateExpiresSoon = "WidgetWebhookCertificateExpiresSoon"
+	AlertWebhookCertificateRenewalHeld = "WidgetWebhookCertificateRenewalHeld"
 	AlertStorageMigrationFailed        = "WidgetStorageMigrationFailed"
 	AlertStorageMigrationStalled       = "WidgetStorageMigrationStalled"
 	AlertStoredVersionsNotTrimmed      = "WidgetStoredVersionsNotTrimmed"
@@ -174,6 +175,17 @@ sum by (namespace, job, controller) (rate(controller_runtime_reconcile_total{job
 			severity:    SeverityCritical,
 			summary:     "The webhook serving certificate expires within a day.",
 			description: "The serving certificate loaded by {{ $labels.instance }} (job {{ $labels.job }}, namespace {{ $labels.namespace }}) expires in {{ $value | humanizeDuration }}. When it does, the apiserver refuses the TLS handshake and every converted Widget request fails.",
+		}, {
+			// A renewal under a new CA waits for the caBundles to trust it: a minute normally
+			// (the leader's next plan, cainjector's injection). Half an hour means the bundle
+			// Secret or cainjector is stuck; nothing fails until the current certificate expires.
+			name:     AlertWebhookCertificateRenewalHeld,
+			expr:     `max by (namespace, job, instance) (widget_webhook_certificate_renewal_held{job="{{job}}"}) == 1`,
+			dur:      "30m",
+			severity: SeverityWarning,
+			summary:  "A renewed webhook certificate is held back: the caBundles do not trust its CA.",
+			description: "Replica {{ $labels.instance }} (job {{ $labels.job }}, namespace {{ $labels.namespace }}) has had a renewed serving certificate on disk for 30 minutes that a caBundle the apiserver uses does not trust, and keeps serving its current one. " +
+				"The CA bundle Secret lacks the new CA (no leader, or it cannot read or write the Secrets) or cainjector has not injected it. Nothing fails until the current certificate expires.",
 		}},
 	}, {
 		name: "widget-operator.api-upgrade",

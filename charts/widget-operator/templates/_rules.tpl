@@ -132,6 +132,15 @@ groups:
           description: The serving certificate loaded by {{ "{{" }} $labels.instance {{ "}}" }} (job {{ "{{" }} $labels.job {{ "}}" }}, namespace {{ "{{" }} $labels.namespace {{ "}}" }}) expires in {{ "{{" }} $value | humanizeDuration {{ "}}" }}. When it does, the apiserver refuses the TLS handshake and every converted Widget request fails.
           runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetWebhookCertificateExpiresSoon.md
           summary: The webhook serving certificate expires within a day.
+      - alert: WidgetWebhookCertificateRenewalHeld
+        expr: max by (namespace, job, instance) (widget_webhook_certificate_renewal_held{job="{{ .Values.monitoring.job }}"}) == 1
+        for: 30m
+        labels:
+          severity: warning
+        annotations:
+          description: Replica {{ "{{" }} $labels.instance {{ "}}" }} (job {{ "{{" }} $labels.job {{ "}}" }}, namespace {{ "{{" }} $labels.namespace {{ "}}" }}) has had a renewed serving certificate on disk for 30 minutes that a caBundle the apiserver uses does not trust, and keeps serving its current one. The CA bundle Secret lacks the new CA (no leader, or it cannot read or write the Secrets) or cainjector has not injected it. Nothing fails until the current certificate expires.
+          runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetWebhookCertificateRenewalHeld.md
+          summary: 'A renewed webhook certificate is held back: the caBundles do not trust its CA.'
   - name: widget-operator.api-upgrade
     rules:
       - alert: WidgetStorageMigrationFailed
