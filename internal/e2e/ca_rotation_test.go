@@ -274,20 +274,36 @@ func replacingCAInjector(t *testing.T, c *cluster.Cluster) {
 	t.Cleanup(func() { c.RestartCertManager(t, "") })
 }
 
+// certManagedCluster is the package's cluster with the operator's image imported and
+// cert-manager running; controller-runtime's clients log nothing (the tests' reports are
+// their output).
+func certManagedCluster(t *testing.T) *cluster.Cluster {
+	t.Helper()
+	ctrllog.SetLogger(logr.Discard())
+	c := cluster.Start(t)
+	c.ImportOperatorImage(t)
+	c.StartCertManager(t)
+	return c
+}
+
+// restrictedNamespace creates a namespace that enforces Pod Security restricted, as the
+// chart's README asks of the release namespace.
+func restrictedNamespace(t *testing.T, c *cluster.Cluster, name string) {
+	t.Helper()
+	c.Kubectl(t, "create", "namespace", name)
+	c.Kubectl(t, "label", "namespace", name, "pod-security.kubernetes.io/enforce=restricted")
+}
+
 // TestCARotationWithoutOverlap is the CA rotation step's negative control: the same rotation
 // with certManager.caBundleOverlap=false, where cainjector injects the serving Certificate's
 // CA directly, under the same replacing cainjector as the production proof. The replicas
 // then serve, for a while, a leaf the CRD's bundle no longer trusts; the sampler must see
 // that window, or the production proof's zero would prove nothing.
 func TestCARotationWithoutOverlap(t *testing.T) {
-	ctrllog.SetLogger(logr.Discard())
-	c := cluster.Start(t)
-	c.ImportOperatorImage(t)
-	c.StartCertManager(t)
+	c := certManagedCluster(t)
 	replacingCAInjector(t, c)
 	const namespace = "ca-no-overlap"
-	c.Kubectl(t, "create", "namespace", namespace)
-	c.Kubectl(t, "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
+	restrictedNamespace(t, c, namespace)
 	chart := filepath.Join(c.Root, "charts", release)
 	helm := func(args ...string) string {
 		return c.Run(t, filepath.Join(c.Bin, "helm4"), append(args, "-n", namespace)...)

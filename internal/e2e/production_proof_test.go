@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -28,7 +27,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/crd"
@@ -247,15 +245,10 @@ func (l *load) snapshot() (int, []string, time.Duration) {
 // counted at the transport, under client-go's retries, and every unexpected warning fails the
 // run. Then it checks what Prometheus scraped. It prints a report the README quotes.
 func TestProductionProof(t *testing.T) {
-	// The report is the output; controller-runtime's clients have nothing to add to it.
-	ctrllog.SetLogger(logr.Discard())
-	c := cluster.Start(t)
-	c.ImportOperatorImage(t)
-	c.StartCertManager(t)
+	c := certManagedCluster(t)
 	// The CA rotation step proves the chart's overlap, not cainjector's merging.
 	replacingCAInjector(t, c)
-	c.Kubectl(t, "create", "namespace", ns)
-	c.Kubectl(t, "label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
+	restrictedNamespace(t, c, ns)
 	c.Kubectl(t, "create", "namespace", apps)
 	chart := filepath.Join(c.Root, "charts", release)
 	helm := func(args ...string) string { return c.Run(t, filepath.Join(c.Bin, "helm3"), append(args, "-n", ns)...) }

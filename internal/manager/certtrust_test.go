@@ -57,6 +57,49 @@ func readyz(t *testing.T, m *widgetenv.Manager, path string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
+// update reads obj at key, applies mutate and writes it back.
+func update(t *testing.T, c client.Client, key client.ObjectKey, obj client.Object, mutate func()) {
+	t.Helper()
+	if err := c.Get(context.Background(), key, obj); err != nil {
+		t.Fatal(err)
+	}
+	mutate()
+	if err := c.Update(context.Background(), obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitMetrics polls the manager's /metrics (with token) until it holds every want.
+func waitMetrics(t *testing.T, m *widgetenv.Manager, token string, want ...string) {
+	t.Helper()
+	testenv.Eventually(t, 20*time.Second, "metrics "+strings.Join(want, ", "), func() error {
+		code, body := scrapeMetrics(t, m, token)
+		if code != http.StatusOK {
+			return fmt.Errorf("HTTP %d: %.200s", code, body)
+		}
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				return fmt.Errorf("no %s", w)
+			}
+		}
+		return nil
+	})
+}
+
+// waitTrustReadiness polls /readyz until the replica is (not) ready and the certificate-trust
+// check's answer contains says.
+func waitTrustReadiness(t *testing.T, m *widgetenv.Manager, ready bool, says string) {
+	t.Helper()
+	testenv.Eventually(t, 20*time.Second, fmt.Sprintf("ready %t, saying %q", ready, says), func() error {
+		code, all := readyz(t, m, "?verbose")
+		_, one := readyz(t, m, "/certificate-trust")
+		if (code == http.StatusOK) != ready || !strings.Contains(one, says) {
+			return fmt.Errorf("HTTP %d:\n%s\ncertificate-trust: %s", code, all, one)
+		}
+		return nil
+	})
+}
+
 // TestReadinessJudgesTheCertificate: a replica is Ready only while the certificate it serves
 // is within its validity and trusted, for the name the apiserver dials, by the caBundle of the
 // CRD's conversion webhook and of both admission configurations; otherwise /readyz, the log
@@ -70,32 +113,8 @@ func TestReadinessJudgesTheCertificate(t *testing.T) {
 	ctx := context.Background()
 	other := testcerts.NewCA(t, "another CA")
 
-	metric := func(want ...string) {
-		t.Helper()
-		testenv.Eventually(t, 20*time.Second, "metrics "+strings.Join(want, ", "), func() error {
-			code, body := scrapeMetrics(t, m, scraper)
-			if code != http.StatusOK {
-				return fmt.Errorf("HTTP %d: %.200s", code, body)
-			}
-			for _, w := range want {
-				if !strings.Contains(body, w) {
-					return fmt.Errorf("no %s", w)
-				}
-			}
-			return nil
-		})
-	}
-	readiness := func(ready bool, says string) {
-		t.Helper()
-		testenv.Eventually(t, 20*time.Second, fmt.Sprintf("ready %t, saying %q", ready, says), func() error {
-			code, all := readyz(t, m, "?verbose")
-			_, one := readyz(t, m, "/certificate-trust")
-			if (code == http.StatusOK) != ready || !strings.Contains(one, says) {
-				return fmt.Errorf("HTTP %d:\n%s\ncertificate-trust: %s", code, all, one)
-			}
-			return nil
-		})
-	}
+	metric := func(want ...string) { t.Helper(); waitMetrics(t, m, scraper, want...) }
+	readiness := func(ready bool, says string) { t.Helper(); waitTrustReadiness(t, m, ready, says) }
 	setCRDBundle := func(bundle []byte) {
 		t.Helper()
 		live := &apiextensionsv1.CustomResourceDefinition{}
@@ -166,7 +185,6 @@ func TestReloadGateHoldsUntrustedRenewals(t *testing.T) {
 	op := widgetenv.Setup(t, env, crd.StageAddVersion)
 	m := op.StartManager(t, widgetenv.ManagerOptions{})
 	scraper := widgetenv.ServiceAccountToken(t, env, "prometheus", true)
-	ctx := context.Background()
 	newCA := testcerts.NewCA(t, "the new CA")
 	pool := op.CA.CertPool()
 	pool.AddCert(newCA.Cert)
@@ -192,60 +210,27 @@ func TestReloadGateHoldsUntrustedRenewals(t *testing.T) {
 			}
 		}
 	}
-	metric := func(want string) {
-		t.Helper()
-		testenv.Eventually(t, 20*time.Second, "metric "+want, func() error {
-			code, body := scrapeMetrics(t, m, scraper)
-			if code != http.StatusOK || !strings.Contains(body, want) {
-				return fmt.Errorf("HTTP %d, no %s", code, want)
-			}
-			return nil
-		})
-	}
-	ready := func(ready bool, says string) {
-		t.Helper()
-		testenv.Eventually(t, 20*time.Second, fmt.Sprintf("ready %t saying %q", ready, says), func() error {
-			code, _ := readyz(t, m, "")
-			_, one := readyz(t, m, "/certificate-trust")
-			if (code == http.StatusOK) != ready || !strings.Contains(one, says) {
-				return fmt.Errorf("HTTP %d, certificate-trust: %s", code, one)
-			}
-			return nil
-		})
-	}
+	metric := func(want string) { t.Helper(); waitMetrics(t, m, scraper, want) }
+	ready := func(ready bool, says string) { t.Helper(); waitTrustReadiness(t, m, ready, says) }
 	bundles := func(pem []byte, admission bool) {
 		t.Helper()
-		live := &apiextensionsv1.CustomResourceDefinition{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: crd.WidgetName}, live); err != nil {
-			t.Fatal(err)
-		}
-		live.Spec.Conversion.Webhook.ClientConfig.CABundle = pem
-		if err := env.Client.Update(ctx, live); err != nil {
-			t.Fatal(err)
-		}
+		crdObj := &apiextensionsv1.CustomResourceDefinition{}
+		update(t, env.Client, client.ObjectKey{Name: crd.WidgetName}, crdObj, func() { crdObj.Spec.Conversion.Webhook.ClientConfig.CABundle = pem })
 		if !admission {
 			return
 		}
 		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: "widget-operator"}, mwc); err != nil {
-			t.Fatal(err)
-		}
-		for i := range mwc.Webhooks {
-			mwc.Webhooks[i].ClientConfig.CABundle = pem
-		}
-		if err := env.Client.Update(ctx, mwc); err != nil {
-			t.Fatal(err)
-		}
+		update(t, env.Client, client.ObjectKey{Name: "widget-operator"}, mwc, func() {
+			for i := range mwc.Webhooks {
+				mwc.Webhooks[i].ClientConfig.CABundle = pem
+			}
+		})
 		vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: "widget-operator"}, vwc); err != nil {
-			t.Fatal(err)
-		}
-		for i := range vwc.Webhooks {
-			vwc.Webhooks[i].ClientConfig.CABundle = pem
-		}
-		if err := env.Client.Update(ctx, vwc); err != nil {
-			t.Fatal(err)
-		}
+		update(t, env.Client, client.ObjectKey{Name: "widget-operator"}, vwc, func() {
+			for i := range vwc.Webhooks {
+				vwc.Webhooks[i].ClientConfig.CABundle = pem
+			}
+		})
 	}
 
 	// A renewal under a CA no bundle holds: held back; the replica stays Ready.
