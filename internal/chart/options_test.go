@@ -407,6 +407,17 @@ var optionCases = []valueCase{{
 		}
 	},
 }, {
+	name: "controller container: its health port and resources",
+	kv: []any{"manager.controllerHealthPort", 9082, "controllerResources", map[string]any{"requests": map[string]any{"cpu": "10m", "memory": "32Mi"},
+		"limits": map[string]any{"memory": "512Mi"}}},
+	check: func(t *testing.T, objs Objects) {
+		ctl := deployment(t, objs).Spec.Template.Spec.Containers[1]
+		if !slices.Contains(ctl.Args, "--health-probe-bind-address=:9082") || ctl.Ports[0].ContainerPort != 9082 ||
+			ctl.Resources.Limits.Memory().String() != "512Mi" || ctl.Resources.Requests.Cpu().String() != "10m" {
+			t.Errorf("controller container: args %v ports %+v resources %+v", ctl.Args, ctl.Ports, ctl.Resources)
+		}
+	},
+}, {
 	name: "CA bundle overlap (default): the bundle Secret, cainjector's source, the manager's flags and RBAC",
 	check: func(t *testing.T, objs Objects) {
 		bundle := objs.Get("Secret", "widget-operator-ca-bundle")
@@ -420,10 +431,11 @@ var optionCases = []valueCase{{
 				t.Errorf("%s: %v", o.kind, ann)
 			}
 		}
-		args := deployment(t, objs).Spec.Template.Spec.Containers[0].Args
+		// The bundle's writer is the elected controller.
+		args := deployment(t, objs).Spec.Template.Spec.Containers[1].Args
 		for _, want := range []string{"--ca-bundle-secret=widget-operator-ca-bundle", "--serving-secret=widget-operator-serving-cert", "--webhook-service-name=widget-operator-webhook"} {
 			if !slices.Contains(args, want) {
-				t.Errorf("manager args lack %s: %v", want, args)
+				t.Errorf("controller args lack %s: %v", want, args)
 			}
 		}
 		role := &rbacv1.Role{}
@@ -450,9 +462,10 @@ var optionCases = []valueCase{{
 		if ann := objs.Get("CustomResourceDefinition", "widgets.widgetry.io").GetAnnotations(); ann["cert-manager.io/inject-ca-from"] != "widget-system/widget-operator-serving" {
 			t.Errorf("CRD annotations %v", ann)
 		}
-		args := deployment(t, objs).Spec.Template.Spec.Containers[0].Args
-		if !slices.Contains(args, "--hold-untrusted-certificates=false") || slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--ca-bundle-secret") }) {
-			t.Errorf("manager args %v", args)
+		pod := deployment(t, objs).Spec.Template.Spec
+		if !slices.Contains(pod.Containers[0].Args, "--hold-untrusted-certificates=false") ||
+			slices.ContainsFunc(pod.Containers[1].Args, func(a string) bool { return strings.HasPrefix(a, "--ca-bundle-secret") }) {
+			t.Errorf("manager args %v, controller args %v", pod.Containers[0].Args, pod.Containers[1].Args)
 		}
 		role := &rbacv1.Role{}
 		if err := Into(objs.Get("Role", "widget-operator-manager"), role); err != nil {
@@ -477,6 +490,7 @@ func TestValuesRefused(t *testing.T) {
 	}{
 		{"webhook and health on one port", set("manager.healthPort", 9443), nil, []string{"webhook.port and manager.healthPort are both 9443"}},
 		{"metrics and health on one port", set("metrics.port", 8081), nil, []string{"manager.healthPort and metrics.port are both 8081"}},
+		{"the controller's health port on the manager's", set("manager.controllerHealthPort", 8081), nil, []string{"manager.healthPort and manager.controllerHealthPort are both 8081", "the controller's health server"}},
 		{"lease not longer than the renew deadline", set("manager.leaderElection.leaseDuration", "10s"), nil, []string{"leaseDuration (10s) must be longer than renewDeadline (10s)"}},
 		{"renew deadline too close to the retry period", set("manager.leaderElection.retryPeriod", "9s"), nil, []string{"renewDeadline (10s)", "retryPeriod (9s)"}},
 		{"renewal after expiry", set("certManager.duration", "720h", "certManager.renewBefore", "30d"), nil, []string{"/certManager/renewBefore"}},

@@ -155,10 +155,28 @@ var valueCases = []valueCase{{
 		if pod.Volumes[0].Secret.SecretName != "widget-operator-serving-cert" {
 			t.Errorf("certificate volume: %+v", pod.Volumes[0])
 		}
-		for _, a := range []string{"--webhook-port=9443", "--metrics-bind-address=:8443", "--drain-delay=10s", "--connection-drain-timeout=95s", "--webhook-configuration-name=widget-operator", "--zap-log-level=info",
-			"--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s",
-			"--graceful-shutdown-timeout=30s", "--metrics-cert-dir=/etc/widget-operator/serving-certs"} {
+		for _, a := range []string{"--components=webhooks", "--webhook-port=9443", "--metrics-bind-address=:8443", "--drain-delay=10s", "--connection-drain-timeout=95s",
+			"--webhook-configuration-name=widget-operator", "--zap-log-level=info", "--graceful-shutdown-timeout=30s", "--metrics-cert-dir=/etc/widget-operator/serving-certs",
+			"--controller-metrics-socket=/run/widget-operator/controller-metrics.sock"} {
 			wantArg(t, c.Args, a)
+		}
+		// The controller in a container of its own: leader election, no drain, its metrics on
+		// the socket the manager container re-exports, a liveness probe and no readiness one
+		// (the pod's readiness is the webhooks').
+		if len(pod.Containers) != 2 || pod.Containers[1].Name != "controller" || d.Spec.Template.Annotations["kubectl.kubernetes.io/default-container"] != "manager" {
+			t.Fatalf("containers %d, default container %q", len(pod.Containers), d.Spec.Template.Annotations["kubectl.kubernetes.io/default-container"])
+		}
+		ctl := pod.Containers[1]
+		for _, a := range []string{"--components=controller", "--leader-elect=true", "--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s",
+			"--leader-elect-retry-period=2s", "--drain-delay=0s", "--connection-drain-timeout=0s", "--health-probe-bind-address=:8082",
+			"--controller-metrics-socket=/run/widget-operator/controller-metrics.sock"} {
+			wantArg(t, ctl.Args, a)
+		}
+		if ctl.ReadinessProbe != nil || ctl.LivenessProbe.HTTPGet.Port.String() != "health-ctrl" || ctl.Ports[0].ContainerPort != 8082 || len(ctl.Ports) != 1 {
+			t.Errorf("controller container probes and ports: readiness %v liveness %+v ports %+v", ctl.ReadinessProbe, ctl.LivenessProbe, ctl.Ports)
+		}
+		if ctl.Resources.Limits.Memory().String() != "256Mi" || ctl.Env[2].ValueFrom.ResourceFieldRef.ContainerName != "controller" {
+			t.Errorf("controller container resources %+v, GOMEMLIMIT from %+v", ctl.Resources, ctl.Env[2].ValueFrom)
 		}
 		pdb := &policyv1.PodDisruptionBudget{}
 		if err := Into(objs.Get("PodDisruptionBudget", "widget-operator"), pdb); err != nil {
@@ -319,8 +337,12 @@ var valueCases = []valueCase{{
 	check: func(t *testing.T, objs Objects) {
 		d := deployment(t, objs)
 		for _, a := range []string{"--drain-delay=5s", "--connection-drain-timeout=30s", "--graceful-shutdown-timeout=20s", "--zap-log-level=debug", "--tls-min-version-1.3",
-			"--leader-elect-lease-duration=30s", "--leader-elect-renew-deadline=20s", "--leader-elect-retry-period=4s", "--conversion-max-body-bytes=1000000"} {
+			"--conversion-max-body-bytes=1000000"} {
 			wantArg(t, d.Spec.Template.Spec.Containers[0].Args, a)
+		}
+		for _, a := range []string{"--leader-elect-lease-duration=30s", "--leader-elect-renew-deadline=20s", "--leader-elect-retry-period=4s",
+			"--graceful-shutdown-timeout=20s", "--zap-log-level=debug", "--conversion-max-body-bytes=1000000"} {
+			wantArg(t, d.Spec.Template.Spec.Containers[1].Args, a)
 		}
 		if *d.Spec.Template.Spec.TerminationGracePeriodSeconds != 45 {
 			t.Error("terminationGracePeriodSeconds")

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -433,6 +434,42 @@ func TestProductionProof(t *testing.T) {
 		a.unharmed(k)
 		time.Sleep(10 * time.Second) // the load goes on while the pods recover
 	})
+	// After the hostile step, which checks that no container restarted.
+	var killedHandover time.Duration
+	var killedBy string
+	step("leader's controller container killed (SIGKILL, the lease not released)", func() {
+		var leader string
+		testenv.Eventually(t, 30*time.Second, "the Lease names a leader", func() error {
+			if leader = holder(t, k); leader == "" {
+				return fmt.Errorf("no holder read")
+			}
+			return nil
+		})
+		pod := &corev1.Pod{}
+		if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: leader}, pod); err != nil {
+			t.Fatal(err)
+		}
+		killed := time.Now()
+		killContainer(t, pod, "controller")
+		// Someone leads again once the Lease is renewed after the kill: the restarted container
+		// of the same pod (the Lease names its identity, the pod's) or, after the lease
+		// duration, a standby.
+		testenv.Eventually(t, 2*time.Minute, "the Lease renewed after the kill", func() error {
+			lease := &coordinationv1.Lease{}
+			if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: manager.LeaderElectionID}, lease); err != nil {
+				return err
+			}
+			if lease.Spec.RenewTime == nil || !lease.Spec.RenewTime.After(killed.Add(time.Second)) {
+				return fmt.Errorf("renewed at %v", lease.Spec.RenewTime)
+			}
+			killedBy = ptr.Deref(lease.Spec.HolderIdentity, "")
+			return nil
+		})
+		killedHandover = time.Since(killed)
+		c.Kubectl(t, "-n", ns, "wait", "--for=condition=Ready", "pod/"+leader, "--timeout=2m")
+		time.Sleep(5 * time.Second) // the load goes on after the handover
+	})
+	report["leader's controller killed: leading again after"] = fmt.Sprintf("%s (by %s; the webhooks in that pod kept serving)", killedHandover.Round(100*time.Millisecond), killedBy)
 	stopLoad()
 	<-loadDone
 	requests, failures, worst := l.snapshot()
@@ -458,6 +495,44 @@ func TestProductionProof(t *testing.T) {
 	}
 
 	checkMonitoring(t, c)
+}
+
+// killContainer ends container name of pod with SIGKILL sent from the node to each of its
+// processes (found through their cgroup, which names the container), as the kernel's OOM
+// killer or a crash would: no SIGTERM, so nothing is handed over or released.
+func killContainer(t *testing.T, pod *corev1.Pod, name string) {
+	t.Helper()
+	var id string
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == name {
+			_, id, _ = strings.Cut(cs.ContainerID, "://")
+		}
+	}
+	if id == "" {
+		t.Fatalf("pod %s has no running container %s", pod.Name, name)
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := 0
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		cgroup, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cgroup"))
+		if err != nil || !strings.Contains(string(cgroup), id) {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+			killed++
+		}
+	}
+	if killed == 0 {
+		t.Fatalf("no process of container %s (%s) of pod %s found to kill", name, id, pod.Name)
+	}
+	t.Logf("SIGKILL sent to %d process(es) of container %s of pod %s", killed, name, pod.Name)
 }
 
 // holder is the Lease's holder: the chart sets the identity to the pod name.

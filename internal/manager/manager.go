@@ -2,11 +2,17 @@
 // webhooks (conversion, defaulting, validation) active on every replica, behind one HTTPS
 // server, with secure metrics and separate health probes.
 //
-// The controller and the webhooks run in two controller-runtime managers in one process so
-// that shutdown can be ordered: on SIGTERM readiness fails at once, the controller stops and
-// releases its lease (a standby takes over within a retry period), the webhooks keep serving
-// for the drain delay while endpoints are removed, and only then shut down. With a single
-// manager the lease would be released only after every runnable, webhooks included, stopped.
+// The controller and the webhooks run in two controller-runtime managers so that shutdown can
+// be ordered: on SIGTERM readiness fails at once, the controller stops and releases its lease
+// (a standby takes over within a retry period), the webhooks keep serving for the drain delay
+// while endpoints are removed, and only then shut down. With a single manager the lease would
+// be released only after every runnable, webhooks included, stopped.
+//
+// One process may run both (Components "all", as the envtest tier does), or each its own
+// (the chart's two containers, "webhooks" and "controller"): then a controller that is killed
+// or crashes never takes a webhook server, and the apiserver's requests in flight on it, down.
+// The controller's metrics then reach Prometheus through the webhook side's endpoint, read
+// from a Unix socket the two containers share.
 package manager
 
 import (
@@ -55,8 +61,23 @@ import (
 // LeaderElectionID is the Lease the controller replicas compete for.
 const LeaderElectionID = "widget-operator.widgetry.io"
 
+// Components say what a process runs: both (the default, one process per replica), or one
+// of them, as the chart's two containers do so that a killed controller leaves the webhooks
+// serving.
+const (
+	ComponentsAll        = "all"
+	ComponentsWebhooks   = "webhooks"
+	ComponentsController = "controller"
+)
+
 // Options configure Run; cmd/widget-manager maps flags onto them.
 type Options struct {
+	// Components is ComponentsAll, ComponentsWebhooks or ComponentsController.
+	Components string
+	// ControllerMetricsSocket is the Unix socket the controller serves its metrics on (with
+	// ComponentsController) and the webhook side re-exports them from, labelled
+	// process="controller" (with ComponentsWebhooks); empty: none.
+	ControllerMetricsSocket string
 	// Namespace is the manager's own namespace: the catalog and the leader-election Lease.
 	Namespace string
 
@@ -134,6 +155,7 @@ type Options struct {
 // DefaultOptions are the defaults cmd/widget-manager's flags start from.
 func DefaultOptions() Options {
 	return Options{
+		Components:                ComponentsAll,
 		WebhookPort:               9443,
 		WebhookCertDir:            "/tmp/k8s-webhook-server/serving-certs",
 		WebhookCertName:           "tls.crt",
@@ -173,6 +195,11 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if opts.Namespace == "" {
 		return errors.New("the manager's namespace is not set: pass --namespace or set POD_NAMESPACE")
 	}
+	switch opts.Components {
+	case ComponentsAll, ComponentsWebhooks, ComponentsController:
+	default:
+		return fmt.Errorf("--components=%q: want %s, %s or %s", opts.Components, ComponentsAll, ComponentsWebhooks, ComponentsController)
+	}
 	if opts.ConnectionDrainTimeout < opts.DrainDelay {
 		return fmt.Errorf("--connection-drain-timeout (%s) is shorter than --drain-delay (%s): both count from SIGTERM, and the connection drain follows the drain delay", opts.ConnectionDrainTimeout, opts.DrainDelay)
 	}
@@ -180,48 +207,82 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		return errors.New("--ca-bundle-secret needs --serving-secret and --webhook-service-name: the bundle follows the serving Secret's CA and the certificates the Service's replicas serve")
 	}
 	s := scheme.New()
+	var draining atomic.Bool
+	var host ctrl.Manager
+	var quiesce func(context.Context, time.Duration) int
+	var err error
+	if opts.Components == ComponentsController {
+		host, err = newControllerHost(cfg, opts, s, &draining)
+	} else {
+		host, quiesce, err = setupWebhookSide(log, cfg, opts, s, &draining)
+	}
+	if err != nil {
+		return err
+	}
+	runController := func(ctx context.Context) { <-ctx.Done() }
+	if opts.Components != ComponentsWebhooks {
+		if runController, err = controllerRunner(log, cfg, opts, s); err != nil {
+			return err
+		}
+	}
+	return runManagers(ctx, log, opts, &draining, host, quiesce, runController)
+}
+
+// setupWebhookSide builds the manager of the webhooks: the HTTPS server with its serving
+// certificate, reload gate and drain, the metrics endpoint (with the controller's metrics
+// from its socket when the controller runs in another container) and the probes. It returns
+// the manager and the drain's quiesce.
+func setupWebhookSide(log logr.Logger, cfg *rest.Config, opts Options, s *runtime.Scheme, draining *atomic.Bool) (ctrl.Manager, func(context.Context, time.Duration) int, error) {
 	cert := newServingCertificate(opts.WebhookCertDir, opts.WebhookCertName, opts.WebhookKeyName)
 	tlsOpts := TLSOptions(opts.TLSMinVersion, opts.EnableHTTP2)
-	var draining atomic.Bool
-
 	webhookServer := newTimedWebhookServer(opts.WebhookPort, tlsOpts, func(c *tls.Config) {
 		c.GetCertificate = cert.GetCertificate
 	})
 	webhookMgr, err := newWebhookManager(cfg, opts, s, cert, webhookServer)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	if err := setupWebhooks(log, webhookMgr, opts, &draining); err != nil {
-		return err
+	if err := setupWebhooks(log, webhookMgr, opts, draining); err != nil {
+		return nil, nil, err
 	}
 	if err := setupMetrics(log, webhookMgr, opts, cert); err != nil {
-		return err
+		return nil, nil, err
+	}
+	if opts.Components == ComponentsWebhooks && opts.ControllerMetricsSocket != "" {
+		remote := widgetmetrics.NewRemoteCollector(opts.ControllerMetricsSocket, "process", "controller", log.WithName("controller-metrics"))
+		if err := metrics.Registry.Register(remote); err != nil {
+			return nil, nil, fmt.Errorf("register the controller's metrics: %w", err)
+		}
 	}
 	trust := &trustCheck{cert: cert, reader: webhookMgr.GetClient(), crdName: crd.WidgetName, webhookConfig: opts.WebhookConfigurationName,
 		log: log.WithName("certificate-trust")}
 	if opts.HoldUntrustedCertificates {
 		cert.admit = trust.admit
 	}
+	if err := metrics.Registry.Register(widgetmetrics.NewCertificateTrustCollector(trust.metricsStatus)); err != nil {
+		return nil, nil, fmt.Errorf("register certificate trust metrics: %w", err)
+	}
+	if err := setupChecks(webhookMgr, webhookServer.StartedChecker(), cert, trust, draining); err != nil {
+		return nil, nil, err
+	}
+	return webhookMgr, webhookServer.Quiesce, nil
+}
+
+// controllerRunner returns what runs the Widget controller (and the CA bundle's writer) under
+// leader election, rebuilt after every failure (superviseController): the controller's setup
+// reads the CRD, and a missing CRD, an unknown storage version or RBAC denied must not stop
+// the process.
+func controllerRunner(log logr.Logger, cfg *rest.Config, opts Options, s *runtime.Scheme) (func(context.Context), error) {
+	ctrlMetrics, err := newControllerMetrics(metrics.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("register controller metrics: %w", err)
+	}
 	bundleCertificates := widgetmetrics.NewCABundleGauge()
 	if opts.CABundleSecret != "" {
 		if err := metrics.Registry.Register(bundleCertificates); err != nil {
-			return fmt.Errorf("register CA bundle metrics: %w", err)
+			return nil, fmt.Errorf("register CA bundle metrics: %w", err)
 		}
 	}
-	if err := metrics.Registry.Register(widgetmetrics.NewCertificateTrustCollector(trust.metricsStatus)); err != nil {
-		return fmt.Errorf("register certificate trust metrics: %w", err)
-	}
-	if err := setupChecks(webhookMgr, webhookServer.StartedChecker(), cert, trust, &draining); err != nil {
-		return err
-	}
-
-	ctrlMetrics, err := newControllerMetrics(metrics.Registry)
-	if err != nil {
-		return fmt.Errorf("register controller metrics: %w", err)
-	}
-	// Built anew after every failure (superviseController): the controller's setup reads the
-	// CRD, and a missing CRD, an unknown storage version or RBAC denied must not stop the
-	// webhooks.
 	buildController := func(ctx context.Context) (ctrl.Manager, error) {
 		if err := checkControllerRBAC(ctx, cfg, opts.Namespace, caBundlePermissions(opts)); err != nil {
 			return nil, err
@@ -240,7 +301,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		}
 		return controllerMgr, nil
 	}
-	return runManagers(ctx, log, opts, &draining, webhookMgr, webhookServer.Quiesce, func(ctx context.Context) {
+	return func(ctx context.Context) {
 		superviseController(ctx, log.WithName("supervisor"), ctrlMetrics, newControllerBackoff(), func() (starter, error) {
 			m, err := buildController(ctx)
 			if err != nil {
@@ -248,7 +309,37 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 			}
 			return m, nil
 		})
+	}, nil
+}
+
+// newControllerHost is the manager of a controller-only process (the chart's controller
+// container): no webhooks; probes, and metrics on a Unix socket the webhook container
+// re-exports (a killed controller never takes the webhooks with it).
+func newControllerHost(cfg *rest.Config, opts Options, s *runtime.Scheme, draining *atomic.Bool) (ctrl.Manager, error) {
+	host, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  s,
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
+		GracefulShutdownTimeout: &opts.GracefulShutdownTimeout,
 	})
+	if err != nil {
+		return nil, fmt.Errorf("create the controller's host manager: %w", err)
+	}
+	if opts.ControllerMetricsSocket != "" {
+		if err := host.Add(&socketMetricsServer{path: opts.ControllerMetricsSocket}); err != nil {
+			return nil, err
+		}
+	}
+	if err := host.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	err = host.AddReadyzCheck("shutdown", func(*http.Request) error {
+		if draining.Load() {
+			return errors.New("shutting down")
+		}
+		return nil
+	})
+	return host, err
 }
 
 // newWebhookManager creates the manager of every replica, leader or not: it owns the one
@@ -489,12 +580,14 @@ func runManagers(ctx context.Context, log logr.Logger, opts Options, draining *a
 	stopController()
 	<-controllerDone
 	log.Info("controller stopped; webhooks keep serving while endpoints are removed", "drainDelay", opts.DrainDelay)
-	webhookStopped := false
-	select {
-	case <-time.After(time.Until(drainStart.Add(opts.DrainDelay))):
-	case err := <-webhookDone:
-		webhookDone <- err
-		webhookStopped = true
+	webhookStopped := quiesce == nil // no webhooks here: nothing to drain
+	if !webhookStopped {
+		select {
+		case <-time.After(time.Until(drainStart.Add(opts.DrainDelay))):
+		case err := <-webhookDone:
+			webhookDone <- err
+			webhookStopped = true
+		}
 	}
 	if !webhookStopped {
 		log.Info("waiting for clients to close their webhook connections", "quietPeriod", drainQuietPeriod, "connectionDrainTimeout", opts.ConnectionDrainTimeout)

@@ -507,3 +507,66 @@ func controllerFinalizes(t *testing.T, env *testenv.Env, m *widgetenv.Manager, w
 	default:
 	}
 }
+
+// TestKilledControllerLeavesWebhooksServing runs each replica as the chart does, two processes
+// (--components=webhooks and --components=controller) sharing a metrics socket. The leading
+// controller process is killed (SIGKILL: its lease is not released) while webhook traffic
+// goes to both webhook processes, none of them taken out of the rotation: not one request
+// fails, a standby controller leads once the lease expires, and the webhook side's /metrics
+// carries the controller's series labelled process="controller".
+func TestKilledControllerLeavesWebhooksServing(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
+	op := widgetenv.Setup(t, env, crd.StageAddVersion)
+	scraper := widgetenv.ServiceAccountToken(t, env, "prometheus", true)
+	var webhooks, controllers []*widgetenv.Manager
+	for i := range 2 {
+		socket := filepath.Join(t.TempDir(), "controller-metrics.sock")
+		port := op.WebhookPort
+		if i > 0 {
+			port = widgetenv.FreePort(t)
+		}
+		webhooks = append(webhooks, op.StartManager(t, widgetenv.ManagerOptions{WebhookPort: port,
+			Args: []string{"--components=webhooks", "--controller-metrics-socket=" + socket}}))
+		controllers = append(controllers, op.StartManager(t, widgetenv.ManagerOptions{WebhookPort: widgetenv.FreePort(t),
+			Args: []string{"--components=controller", "--controller-metrics-socket=" + socket, "--leader-election-identity=replica-" + strconv.Itoa(i),
+				"--drain-delay=0s", "--connection-drain-timeout=0s"}}))
+	}
+	first, _ := waitLeader(t, env.Client, 30*time.Second, func(h string) bool { return byIdentity(controllers, h) != nil })
+	leading := slices.Index(controllers, byIdentity(controllers, first))
+	waitMetrics(t, webhooks[leading], scraper, `leader_election_master_status{name="widget-operator.widgetry.io",process="controller"} 1`)
+	waitMetrics(t, webhooks[1-leading], scraper, `leader_election_master_status{name="widget-operator.widgetry.io",process="controller"} 0`)
+
+	ctx, stopLoad := context.WithCancel(context.Background())
+	defer stopLoad()
+	load := &widgetenv.Load{Client: op.WebhookClient(), Targets: track(ctx, webhooks).targets, Rate: 60}
+	results := make(chan *widgetenv.LoadResult, 1)
+	go func() { results <- load.Run(ctx) }()
+	time.Sleep(2 * time.Second)
+
+	killed := time.Now()
+	if err := controllers[leading].Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	second, seen := waitLeader(t, env.Client, 15*time.Second, func(h string) bool { return h != "" && h != first })
+	t.Logf("controller %s killed: %s leads after %s (lease %s)", first, second, seen.Sub(killed).Round(time.Millisecond), leaseDuration)
+	// The killed controller's series are gone from its webhook process's endpoint (the socket
+	// does not answer), which itself still serves.
+	testenv.Eventually(t, 10*time.Second, "the killed controller's series absent", func() error {
+		if _, body := scrapeMetrics(t, webhooks[leading], scraper); strings.Contains(body, `process="controller"`) {
+			return fmt.Errorf("still there")
+		}
+		return nil
+	})
+	time.Sleep(2 * time.Second)
+	stopLoad()
+	res := <-results
+	t.Logf("webhook load while the leading controller was killed: %s", res)
+	if res.Failures > 0 || res.Requests < 200 {
+		t.Errorf("load: %s; errors: %v", res, res.Errors)
+	}
+	for _, w := range webhooks {
+		if !w.Ready() {
+			t.Errorf("webhook process on port %d not ready after the controller's kill", w.WebhookPort)
+		}
+	}
+}

@@ -278,14 +278,14 @@ hooks' output, among them the preflight's refusals.
 {{- fail (printf "this chart needs Helm %s or newer (it prints its hooks' output with helm.sh/hook-output-log-policy); this is Helm %s" $minHelm .Capabilities.HelmVersion.Version) }}
 {{- end }}
 {{- $ports := dict }}
-{{- $named := list (list "webhook.port" .Values.webhook.port) (list "manager.healthPort" .Values.manager.healthPort) }}
+{{- $named := list (list "webhook.port" .Values.webhook.port) (list "manager.healthPort" .Values.manager.healthPort) (list "manager.controllerHealthPort" .Values.manager.controllerHealthPort) }}
 {{- if .Values.metrics.port }}
 {{- $named = append $named (list "metrics.port" .Values.metrics.port) }}
 {{- end }}
 {{- range $named }}
 {{- $key := toString (index . 1) }}
 {{- if hasKey $ports $key }}
-{{- fail (printf "%s and %s are both %s: the manager's webhook, health and metrics servers need a port each" (get $ports $key) (index . 0) $key) }}
+{{- fail (printf "%s and %s are both %s: the manager's webhook, health and metrics servers and the controller's health server need a port each" (get $ports $key) (index . 0) $key) }}
 {{- end }}
 {{- $_ := set $ports $key (index . 0) }}
 {{- end }}
@@ -321,5 +321,43 @@ hooks' output, among them the preflight's refusals.
 {{- $pdb := .Values.podDisruptionBudget }}
 {{- if and (ne (toString $pdb.minAvailable) "") (ne (toString $pdb.maxUnavailable) "") }}
 {{- fail "podDisruptionBudget: set minAvailable or maxUnavailable, not both" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Environment of both manager containers; dict "root" (the chart's root) and "container" (whose
+memory limit GOMEMLIMIT reads).
+*/}}
+{{- define "widget-operator.managerEnv" -}}
+# The manager's namespace (catalog, Lease, migration progress) and its Lease identity.
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+# The container's memory limit, in bytes: the Go runtime's soft limit (the manager lowers it
+# to 90%) and what the webhooks' in-flight budget and body limits are derived from. Without a
+# limit set, the node's allocatable memory.
+- name: GOMEMLIMIT
+  valueFrom:
+    resourceFieldRef:
+      containerName: {{ .container }}
+      resource: limits.memory
+{{- with .root.Values.manager.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Volume mounts of both manager containers besides the serving certificate. */}}
+{{- define "widget-operator.managerVolumeMounts" -}}
+- name: tmp
+  mountPath: /tmp
+- name: run
+  mountPath: /run/widget-operator
+{{- with .Values.manager.extraVolumeMounts }}
+{{ toYaml . }}
 {{- end }}
 {{- end }}
