@@ -62,7 +62,11 @@ func (m *Maintainer) Start(ctx context.Context) error {
 	defer t.Stop()
 	var lastErr string
 	for {
-		if err := m.Sync(ctx, log); err != nil && err.Error() != lastErr {
+		err := m.Sync(ctx, log)
+		if ctx.Err() != nil {
+			return nil // stopping (leadership lost or shutdown): a cancelled read is not news
+		}
+		if err != nil && err.Error() != lastErr {
 			log.Error(err, "cannot maintain the CA bundle; retrying")
 			lastErr = err.Error()
 		} else if err == nil {

@@ -393,14 +393,7 @@ func TestProductionProof(t *testing.T) {
 	}
 	var handover time.Duration
 	step("leader pod deleted", func() {
-		// A read of the Lease that fails under load is not "no leader": read until one is named.
-		var leader string
-		testenv.Eventually(t, 30*time.Second, "the Lease names a leader", func() error {
-			if leader = holder(t, k); leader == "" {
-				return fmt.Errorf("no holder read")
-			}
-			return nil
-		})
+		leader := namedLeader(t, k)
 		s := time.Now()
 		c.Kubectl(t, "-n", ns, "delete", "pod", leader, "--wait=false")
 		testenv.Eventually(t, 2*time.Minute, "a new leader", func() error {
@@ -438,13 +431,7 @@ func TestProductionProof(t *testing.T) {
 	var killedHandover time.Duration
 	var killedBy string
 	step("leader's controller container killed (SIGKILL, the lease not released)", func() {
-		var leader string
-		testenv.Eventually(t, 30*time.Second, "the Lease names a leader", func() error {
-			if leader = holder(t, k); leader == "" {
-				return fmt.Errorf("no holder read")
-			}
-			return nil
-		})
+		leader := namedLeader(t, k)
 		pod := &corev1.Pod{}
 		if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: leader}, pod); err != nil {
 			t.Fatal(err)
@@ -533,6 +520,20 @@ func killContainer(t *testing.T, pod *corev1.Pod, name string) {
 		t.Fatalf("no process of container %s (%s) of pod %s found to kill", name, id, pod.Name)
 	}
 	t.Logf("SIGKILL sent to %d process(es) of container %s of pod %s", killed, name, pod.Name)
+}
+
+// namedLeader reads the Lease until it names a holder: a read that fails under load is not
+// "no leader".
+func namedLeader(t *testing.T, k client.Client) string {
+	t.Helper()
+	var leader string
+	testenv.Eventually(t, 30*time.Second, "the Lease names a leader", func() error {
+		if leader = holder(t, k); leader == "" {
+			return fmt.Errorf("no holder read")
+		}
+		return nil
+	})
+	return leader
 }
 
 // holder is the Lease's holder: the chart sets the identity to the pod name.

@@ -189,13 +189,7 @@ func TestLeaderHandover(t *testing.T) {
 	if failover > bound {
 		t.Errorf("failover after a kill took %s, want within %s", failover, bound)
 	}
-	time.Sleep(2 * time.Second)
-	stopLoad()
-	res := <-results
-	t.Logf("webhook load during both handovers: %s", res)
-	if res.Failures > 0 || res.Requests < 300 {
-		t.Errorf("load: %s; errors: %v", res, res.Errors)
-	}
+	finishLoad(t, stopLoad, results, "during both handovers", 300)
 }
 
 // servedSerial returns the serial number of the certificate a replica serves.
@@ -508,6 +502,19 @@ func controllerFinalizes(t *testing.T, env *testenv.Env, m *widgetenv.Manager, w
 	}
 }
 
+// finishLoad lets the load run 2 s more, stops it and fails the test unless it sent atLeast
+// requests, none of them failed.
+func finishLoad(t *testing.T, stop func(), results <-chan *widgetenv.LoadResult, during string, atLeast int) {
+	t.Helper()
+	time.Sleep(2 * time.Second)
+	stop()
+	res := <-results
+	t.Logf("webhook load %s: %s", during, res)
+	if res.Failures > 0 || res.Requests < atLeast {
+		t.Errorf("load: %s; errors: %v", res, res.Errors)
+	}
+}
+
 // TestKilledControllerLeavesWebhooksServing runs each replica as the chart does, two processes
 // (--components=webhooks and --components=controller) sharing a metrics socket. The leading
 // controller process is killed (SIGKILL: its lease is not released) while webhook traffic
@@ -557,13 +564,7 @@ func TestKilledControllerLeavesWebhooksServing(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(2 * time.Second)
-	stopLoad()
-	res := <-results
-	t.Logf("webhook load while the leading controller was killed: %s", res)
-	if res.Failures > 0 || res.Requests < 200 {
-		t.Errorf("load: %s; errors: %v", res, res.Errors)
-	}
+	finishLoad(t, stopLoad, results, "while the leading controller was killed", 200)
 	for _, w := range webhooks {
 		if !w.Ready() {
 			t.Errorf("webhook process on port %d not ready after the controller's kill", w.WebhookPort)
