@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -188,12 +189,21 @@ type caRotation struct {
 	Trace []string
 }
 
-// rotateCA forces a rotation of the chart's own CA the way an expiring CA is rotated: the
-// CA's Secret is deleted (cert-manager issues a new CA with a new key), then the serving
+// chartCA is the chart's own CA Certificate in namespace.
+func chartCA(namespace string) caCertificate {
+	return caCertificate{Namespace: namespace, Name: release + "-ca", Secret: release + "-ca"}
+}
+
+// caCertificate names the cert-manager Certificate of the issuing CA: the chart's own
+// (<release>-ca in the release namespace) or an issuerRef's.
+type caCertificate struct{ Namespace, Name, Secret string }
+
+// rotateCA forces a rotation of the issuing CA the way an expiring CA is rotated: the CA's
+// Secret is deleted (cert-manager issues a new CA with a new key), then the serving
 // certificate's (cert-manager issues a leaf of the new CA), and waits until every replica
 // serves it; with awaitOverlapEnd, also until the bundle has dropped the old CA. A trust
 // sampler runs throughout.
-func rotateCA(t *testing.T, c *cluster.Cluster, k client.Client, namespace, releaseName string, awaitOverlapEnd bool) caRotation {
+func rotateCA(t *testing.T, c *cluster.Cluster, k client.Client, namespace, releaseName string, ca caCertificate, awaitOverlapEnd bool) caRotation {
 	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	sampler := newTrustSampler(c, k, namespace, releaseName)
@@ -201,7 +211,7 @@ func rotateCA(t *testing.T, c *cluster.Cluster, k client.Client, namespace, rele
 	go func() { sampler.run(ctx); close(done) }()
 	defer func() { stop(); <-done }()
 
-	reissue := func(secret string) *corev1.Secret {
+	reissue := func(namespace, secret string) *corev1.Secret {
 		t.Helper()
 		old := &corev1.Secret{}
 		if err := k.Get(ctx, client.ObjectKey{Namespace: namespace, Name: secret}, old); err != nil {
@@ -221,9 +231,9 @@ func rotateCA(t *testing.T, c *cluster.Cluster, k client.Client, namespace, rele
 		return cur
 	}
 	s := time.Now()
-	newCA := reissue(releaseName + "-ca")
-	c.Kubectl(t, "-n", namespace, "wait", "--for=condition=Ready", "certificate/"+releaseName+"-ca", "--timeout=2m")
-	serving := reissue(releaseName + "-serving-cert")
+	newCA := reissue(ca.Namespace, ca.Secret)
+	c.Kubectl(t, "-n", ca.Namespace, "wait", "--for=condition=Ready", "certificate/"+ca.Name, "--timeout=2m")
+	serving := reissue(namespace, releaseName+"-serving-cert")
 	c.Kubectl(t, "-n", namespace, "wait", "--for=condition=Ready", "certificate", "--all", "--timeout=2m")
 	if string(serving.Data["ca.crt"]) != string(newCA.Data["tls.crt"]) {
 		t.Fatalf("the reissued serving certificate's ca.crt is not the new CA")
@@ -319,11 +329,50 @@ func TestCARotationWithoutOverlap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := rotateCA(t, c, k, namespace, release, false)
+	r := rotateCA(t, c, k, namespace, release, chartCA(namespace), false)
 	t.Logf("without the overlap: every replica served the new CA's leaf after %s; longest untrusted window %s; %s",
 		r.Served.Round(100*time.Millisecond), r.Untrusted.Round(100*time.Millisecond), r.Samples)
 	if r.Untrusted == 0 {
 		t.Errorf("without the overlap no replica served an untrusted certificate during a CA rotation (%s): the sampler cannot tell the overlap works\n%s",
 			r.Samples, strings.Join(r.Trace, "\n"))
+	}
+}
+
+// TestCARotationWithIssuerRef: the overlap holds with certManager.issuerRef too. The chart is
+// installed with a ClusterIssuer standing in for a company CA (value_sets_test.go's corpCA),
+// under a replacing cainjector; that CA is rotated, then the serving certificate: no replica
+// serves a certificate the CRD's caBundle does not trust, and the old CA leaves the bundle.
+func TestCARotationWithIssuerRef(t *testing.T) {
+	c := certManagedCluster(t)
+	replacingCAInjector(t, c)
+	manifest := filepath.Join(t.TempDir(), "corp-ca.yaml")
+	if err := os.WriteFile(manifest, []byte(corpCA), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.Kubectl(t, "apply", "-f", manifest)
+	c.Kubectl(t, "wait", "--for=condition=Ready", "--timeout=2m", "clusterissuer/corp-ca")
+	const namespace = "ca-issuer-ref"
+	restrictedNamespace(t, c, namespace)
+	chart := filepath.Join(c.Root, "charts", release)
+	helm := func(args ...string) string {
+		return c.Run(t, filepath.Join(c.Bin, "helm4"), append(args, "-n", namespace)...)
+	}
+	helm("install", release, chart, "--set", "image.tag=dev", "--set", "certManager.issuerRef.name=corp-ca", "--set", "certManager.issuerRef.kind=ClusterIssuer",
+		"--wait", "--timeout", "5m")
+	t.Cleanup(func() {
+		helm("uninstall", release, "--wait", "--timeout", "5m")
+		c.Kubectl(t, "delete", "crd", crd.WidgetName, "--ignore-not-found")
+	})
+	cfg := rest.CopyConfig(c.Config)
+	cfg.WarningHandlerWithContext = rest.NoWarnings{}
+	k, err := client.New(cfg, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rotateCA(t, c, k, namespace, release, caCertificate{Namespace: "cert-manager", Name: "corp-ca", Secret: "corp-ca"}, true)
+	t.Logf("issuerRef CA rotated: every replica served the new CA's leaf after %s, the old CA left the caBundle after %s; longest untrusted window %s; %s",
+		r.Served.Round(100*time.Millisecond), r.OldCALeft.Round(100*time.Millisecond), r.Untrusted.Round(100*time.Millisecond), r.Samples)
+	if r.Untrusted > 0 {
+		t.Errorf("a replica served a certificate the CRD's caBundle did not trust: %s\n%s", r.Samples, strings.Join(r.Trace, "\n"))
 	}
 }

@@ -383,7 +383,7 @@ func TestProductionProof(t *testing.T) {
 	report["time until every replica serves the new certificate"] = served.Round(100 * time.Millisecond).String()
 	var rotation caRotation
 	step("forced CA rotation (new CA, then new leaves)", func() {
-		rotation = rotateCA(t, c, k, ns, release, true)
+		rotation = rotateCA(t, c, k, ns, release, chartCA(ns), true)
 	})
 	report["CA rotation: until every replica serves the new CA's leaf"] = rotation.Served.Round(100 * time.Millisecond).String()
 	report["CA rotation: until the old CA left the caBundle"] = rotation.OldCALeft.Round(100 * time.Millisecond).String()
