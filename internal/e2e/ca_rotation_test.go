@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -304,21 +303,20 @@ func restrictedNamespace(t *testing.T, c *cluster.Cluster, name string) {
 	c.Kubectl(t, "label", "namespace", name, "pod-security.kubernetes.io/enforce=restricted")
 }
 
-// TestCARotationWithoutOverlap is the CA rotation step's negative control: the same rotation
-// with certManager.caBundleOverlap=false, where cainjector injects the serving Certificate's
-// CA directly, under the same replacing cainjector as the production proof. The replicas
-// then serve, for a while, a leaf the CRD's bundle no longer trusts; the sampler must see
-// that window, or the production proof's zero would prove nothing.
-func TestCARotationWithoutOverlap(t *testing.T) {
-	c := certManagedCluster(t)
-	replacingCAInjector(t, c)
-	const namespace = "ca-no-overlap"
+// installForRotation installs the chart with Helm 4 in a new restricted namespace with the
+// values set (key=value each), removes it and the CRD when the test ends, and returns a client
+// that ignores warnings.
+func installForRotation(t *testing.T, c *cluster.Cluster, namespace string, set ...string) client.Client {
+	t.Helper()
 	restrictedNamespace(t, c, namespace)
-	chart := filepath.Join(c.Root, "charts", release)
 	helm := func(args ...string) string {
 		return c.Run(t, filepath.Join(c.Bin, "helm4"), append(args, "-n", namespace)...)
 	}
-	helm("install", release, chart, "--set", "image.tag=dev", "--set", "certManager.caBundleOverlap=false", "--wait", "--timeout", "5m")
+	args := []string{"install", release, filepath.Join(c.Root, "charts", release), "--set", "image.tag=dev", "--wait", "--timeout", "5m"}
+	for _, kv := range set {
+		args = append(args, "--set", kv)
+	}
+	helm(args...)
 	t.Cleanup(func() {
 		helm("uninstall", release, "--wait", "--timeout", "5m")
 		c.Kubectl(t, "delete", "crd", crd.WidgetName, "--ignore-not-found")
@@ -329,6 +327,19 @@ func TestCARotationWithoutOverlap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return k
+}
+
+// TestCARotationWithoutOverlap is the CA rotation step's negative control: the same rotation
+// with certManager.caBundleOverlap=false, where cainjector injects the serving Certificate's
+// CA directly, under the same replacing cainjector as the production proof. The replicas
+// then serve, for a while, a leaf the CRD's bundle no longer trusts; the sampler must see
+// that window, or the production proof's zero would prove nothing.
+func TestCARotationWithoutOverlap(t *testing.T) {
+	c := certManagedCluster(t)
+	replacingCAInjector(t, c)
+	const namespace = "ca-no-overlap"
+	k := installForRotation(t, c, namespace, "certManager.caBundleOverlap=false")
 	r := rotateCA(t, c, k, namespace, release, chartCA(namespace), false)
 	t.Logf("without the overlap: every replica served the new CA's leaf after %s; longest untrusted window %s; %s",
 		r.Served.Round(100*time.Millisecond), r.Untrusted.Round(100*time.Millisecond), r.Samples)
@@ -345,30 +356,9 @@ func TestCARotationWithoutOverlap(t *testing.T) {
 func TestCARotationWithIssuerRef(t *testing.T) {
 	c := certManagedCluster(t)
 	replacingCAInjector(t, c)
-	manifest := filepath.Join(t.TempDir(), "corp-ca.yaml")
-	if err := os.WriteFile(manifest, []byte(corpCA), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c.Kubectl(t, "apply", "-f", manifest)
-	c.Kubectl(t, "wait", "--for=condition=Ready", "--timeout=2m", "clusterissuer/corp-ca")
+	applyCorpCA(t, c)
 	const namespace = "ca-issuer-ref"
-	restrictedNamespace(t, c, namespace)
-	chart := filepath.Join(c.Root, "charts", release)
-	helm := func(args ...string) string {
-		return c.Run(t, filepath.Join(c.Bin, "helm4"), append(args, "-n", namespace)...)
-	}
-	helm("install", release, chart, "--set", "image.tag=dev", "--set", "certManager.issuerRef.name=corp-ca", "--set", "certManager.issuerRef.kind=ClusterIssuer",
-		"--wait", "--timeout", "5m")
-	t.Cleanup(func() {
-		helm("uninstall", release, "--wait", "--timeout", "5m")
-		c.Kubectl(t, "delete", "crd", crd.WidgetName, "--ignore-not-found")
-	})
-	cfg := rest.CopyConfig(c.Config)
-	cfg.WarningHandlerWithContext = rest.NoWarnings{}
-	k, err := client.New(cfg, client.Options{Scheme: scheme.New()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := installForRotation(t, c, namespace, "certManager.issuerRef.name=corp-ca", "certManager.issuerRef.kind=ClusterIssuer")
 	r := rotateCA(t, c, k, namespace, release, caCertificate{Namespace: "cert-manager", Name: "corp-ca", Secret: "corp-ca"}, true)
 	t.Logf("issuerRef CA rotated: every replica served the new CA's leaf after %s, the old CA left the caBundle after %s; longest untrusted window %s; %s",
 		r.Served.Round(100*time.Millisecond), r.OldCALeft.Round(100*time.Millisecond), r.Untrusted.Round(100*time.Millisecond), r.Samples)

@@ -59,6 +59,17 @@ spec:
     secretName: corp-ca
 `
 
+// applyCorpCA creates (or keeps) corpCA and waits until its ClusterIssuer is ready.
+func applyCorpCA(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	manifest := filepath.Join(t.TempDir(), "corp-ca.yaml")
+	if err := os.WriteFile(manifest, []byte(corpCA), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.Kubectl(t, "apply", "-f", manifest)
+	c.Kubectl(t, "wait", "--for=condition=Ready", "--timeout=2m", "clusterissuer/corp-ca")
+}
+
 // TestChartValueSets is chart-testing's install on the real node, with Helm 4: every value
 // set in charts/widget-operator/ci is installed in a namespace of its own (Pod Security
 // restricted, privileged only for hostNetwork) with --wait and its hooks, checked for what
@@ -70,12 +81,7 @@ func TestChartValueSets(t *testing.T) {
 	c.ImportOperatorImage(t)
 	c.StartCertManager(t)
 	c.Kubectl(t, "apply", "--server-side", "-f", filepath.Join(c.Bin, "prometheus-operator-crds"))
-	manifest := filepath.Join(t.TempDir(), "corp-ca.yaml")
-	if err := os.WriteFile(manifest, []byte(corpCA), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c.Kubectl(t, "apply", "-f", manifest)
-	c.Kubectl(t, "wait", "--for=condition=Ready", "--timeout=2m", "clusterissuer/corp-ca")
+	applyCorpCA(t, c)
 
 	chart := filepath.Join(prereq.RepoRoot(t), widgetchart.Dir)
 	files, err := filepath.Glob(filepath.Join(chart, "ci", "*-values.yaml"))
