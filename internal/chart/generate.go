@@ -109,7 +109,9 @@ func Files(root string) (map[string][]byte, error) {
 		return nil, err
 	}
 	files := map[string][]byte{CRDPath: c}
-	ds, err := monitoring.Dashboards()
+	// With sentinels for the values only the release knows (the job variable's default, the
+	// expected replicas, the serving Certificate's name): templates/configmap.yaml fills them in.
+	ds, err := monitoring.HelmDashboards()
 	if err != nil {
 		return nil, err
 	}

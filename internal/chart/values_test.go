@@ -394,12 +394,16 @@ var valueCases = []valueCase{{
 	},
 }, {
 	name: "metrics off",
-	kv:   []any{"metrics.port", 0, "monitoring.serviceMonitor.enabled", true},
+	kv:   []any{"metrics.port", 0, "monitoring.serviceMonitor.enabled", true, "monitoring.prometheusRule.enabled", true},
 	apis: MonitoringAPIs,
 	check: func(t *testing.T, objs Objects) {
 		wantArg(t, deployment(t, objs).Spec.Template.Spec.Containers[0].Args, "--metrics-bind-address=0")
 		if objs.Get("Service", "widget-operator-metrics") != nil || len(objs.Kind("ServiceMonitor")) != 0 {
 			t.Error("metrics Service or ServiceMonitor without metrics")
+		}
+		// Nothing scrapes the manager: its rules would only fire for good (WidgetWebhookDown).
+		if len(objs.Kind("PrometheusRule")) != 0 {
+			t.Error("PrometheusRule without metrics")
 		}
 	},
 }, {

@@ -50,7 +50,10 @@ served: a later verify compares through every version both serve.`,
 				return err
 			}
 			host, _ := os.Hostname()
-			ns := orDefault(recordsNamespace, g.Namespace())
+			ns, err := g.recordsNamespace(cmd.Context(), recordsNamespace)
+			if err != nil {
+				return err
+			}
 			if err := backup.SaveRecord(cmd.Context(), c, ns, backup.Record{Manifest: *m, Dir: out, Host: host}); err != nil {
 				return fmt.Errorf("the backup in %s is complete, but: %w", out, err)
 			}
@@ -64,6 +67,6 @@ served: a later verify compares through every version both serve.`,
 	}
 	cmd.Flags().StringVar(&crdName, "crd", crd.WidgetName, "name of the CustomResourceDefinition")
 	cmd.Flags().StringVar(&out, "out", "", "directory to write the backup to; must be empty or new (required)")
-	cmd.Flags().StringVar(&recordsNamespace, "records-namespace", "", "namespace of the ConfigMap the backup is recorded in (default: the context's namespace; use the release namespace)")
+	cmd.Flags().StringVar(&recordsNamespace, "records-namespace", "", "namespace of the ConfigMap the backup is recorded in (default: -n, else the release namespace of the Widget CRD, else the context's)")
 	return cmd
 }

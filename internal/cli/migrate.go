@@ -124,7 +124,7 @@ that keep one once VERSION is removed from the CRD.`,
 	fl.Float32Var(&f.qps, "qps", migrate.DefaultQPS, "client-side limit of requests per second; the apiserver's 429 answers are honoured on top")
 	fl.IntVar(&f.burst, "burst", migrate.DefaultBurst, "client-side burst of requests")
 	fl.BoolVar(&f.statusSubresource, "status-subresource", false, "require the status subresource: refuse a CRD without one (by default the rewrite goes through /status whenever the version has it, so admission webhooks on the main resource cannot change or block it)")
-	fl.StringVar(&f.progressNamespace, "progress-namespace", "", "namespace of the progress ConfigMap (default: the context's namespace; the release namespace in a cluster)")
+	fl.StringVar(&f.progressNamespace, "progress-namespace", "", "namespace of the progress ConfigMap, which the manager reads (default: -n, else the namespace of the release that installed the Widget CRD, else the context's)")
 	fl.Int64Var(&f.pageSize, "page-size", migrate.DefaultPageSize, "objects per LIST page")
 	fl.Int64Var(&f.maxErrors, "max-errors", migrate.DefaultMaxErrors, "stop after this many objects failed")
 	fl.DurationVar(&f.inTreeProbeTimeout, "in-tree-probe-timeout", migrate.DefaultInTreeProbeTimeout, "how long to wait for kube-controller-manager to pick up an in-tree migration (then auto falls back to client, in-tree fails)")
@@ -153,9 +153,9 @@ func runMigrate(cmd *cobra.Command, g *GlobalOptions, f *migrateFlags) error {
 	if err != nil {
 		return err
 	}
-	ns := f.progressNamespace
-	if ns == "" {
-		ns = g.Namespace()
+	ns, err := g.recordsNamespace(cmd.Context(), f.progressNamespace)
+	if err != nil {
+		return err
 	}
 
 	events := newEventLogger(g)

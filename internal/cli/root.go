@@ -16,13 +16,15 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/widgetry/widget-operator/internal/migrate"
@@ -43,9 +45,11 @@ const (
 
 // GlobalOptions are the flags and streams every command shares.
 type GlobalOptions struct {
-	Kubeconfig string
-	Context    string
-	Output     string
+	// Kube holds kubectl's own connection flags (--kubeconfig, --context, -n, --as,
+	// --as-group, --token, --server, --request-timeout...), so that `kubectl widget` takes
+	// what `kubectl` takes.
+	Kube   *genericclioptions.ConfigFlags
+	Output string
 
 	Stdout, Stderr io.Writer
 	// StderrIsTerminal decides between a progress bar and structured log lines.
@@ -55,6 +59,7 @@ type GlobalOptions struct {
 // Subcommands are the constructors of widgetctl's commands, in help order. A new command is a
 // file in this package with a constructor appended here.
 var Subcommands = []func(*GlobalOptions) *cobra.Command{
+	NewStatusCommand,
 	NewUpgradeCommand,
 	NewMigrateCommand,
 	NewVerifyCommand,
@@ -85,8 +90,10 @@ Exit codes: 0 done, 1 refused (a precondition does not hold; nothing needs undoi
 	root.SetOut(g.Stdout)
 	root.SetErr(g.Stderr)
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.Kubeconfig, "kubeconfig", "", "path of the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then the in-cluster configuration)")
-	pf.StringVar(&g.Context, "context", "", "kubeconfig context to use (default: the current context)")
+	if g.Kube == nil {
+		g.Kube = genericclioptions.NewConfigFlags(true)
+	}
+	g.Kube.AddFlags(pf)
 	pf.StringVarP(&g.Output, "output", "o", OutputText, "output format: text or json")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return refused(err) })
 	for _, newCommand := range Subcommands {
@@ -95,33 +102,46 @@ Exit codes: 0 done, 1 refused (a precondition does not hold; nothing needs undoi
 	return root
 }
 
-// clientConfig loads the kubeconfig the way kubectl does.
-func (g *GlobalOptions) clientConfig() clientcmd.ClientConfig {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = g.Kubeconfig
-	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: g.Context})
-}
-
-// RESTConfig is the client configuration of the selected context, with API warnings
+// RESTConfig is the client configuration kubectl would use with the same flags (the
+// kubeconfig's context, or the in-cluster configuration in a pod), with API warnings
 // (deprecated versions...) written once each to stderr.
 func (g *GlobalOptions) RESTConfig() (*rest.Config, error) {
-	cfg, err := g.clientConfig().ClientConfig()
+	cfg, err := g.kube().ToRESTConfig()
 	if err != nil {
-		return nil, refused(fmt.Errorf("load the kubeconfig: %w (pass --kubeconfig or --context)", err))
+		return nil, refused(fmt.Errorf("load the kubeconfig: %w (pass --kubeconfig or --context, or --server with --token)", err))
 	}
+	cfg = rest.CopyConfig(cfg)
 	cfg.WarningHandler = rest.NewWarningWriter(g.Stderr, rest.WarningWriterOptions{Deduplicate: true})
 	cfg.UserAgent = "widgetctl"
 	return cfg, nil
 }
 
-// Namespace is the selected context's namespace ("default" if it names none; the pod's own
-// namespace in a cluster).
+// kube returns the connection flags; tests that build GlobalOptions by hand get kubectl's
+// defaults.
+func (g *GlobalOptions) kube() *genericclioptions.ConfigFlags {
+	if g.Kube == nil {
+		g.Kube = genericclioptions.NewConfigFlags(true)
+	}
+	return g.Kube
+}
+
+// Namespace is -n when given, else the context's namespace ("default" if it names none; the
+// pod's own namespace in a cluster). Commands that act on the operator's own records use
+// findReleaseNamespace instead.
 func (g *GlobalOptions) Namespace() string {
-	ns, _, err := g.clientConfig().Namespace()
+	ns, _, err := g.kube().ToRawKubeConfigLoader().Namespace()
 	if err != nil || ns == "" {
 		return "default"
 	}
 	return ns
+}
+
+// explicitNamespace is -n/--namespace as given, or "".
+func (g *GlobalOptions) explicitNamespace() string {
+	if g.kube().Namespace == nil {
+		return ""
+	}
+	return *g.kube().Namespace
 }
 
 // refusedError marks an error as a refusal (exit code 1).
@@ -159,6 +179,10 @@ func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		g.StderrIsTerminal = term.IsTerminal(int(f.Fd()))
 	}
 	root := NewRootCommand(g)
+	if asKubectlPlugin(os.Args[0]) {
+		// kubectl runs plugins by their file name; help and usage then say what was typed.
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl widget"}
+	}
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	code := exitCode(err)
@@ -172,4 +196,9 @@ func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %v\n", label, err)
 	}
 	return code
+}
+
+// asKubectlPlugin reports whether the binary runs under its plugin name, kubectl-widget.
+func asKubectlPlugin(argv0 string) bool {
+	return strings.TrimSuffix(filepath.Base(argv0), ".exe") == "kubectl-widget"
 }

@@ -20,20 +20,18 @@ import (
 
 // NewSelftestCommand builds `widgetctl selftest`, the chart's helm test.
 func NewSelftestCommand(g *GlobalOptions) *cobra.Command {
-	var namespace string
 	cmd := &cobra.Command{
 		Use:   "selftest",
-		Short: "Create a Widget through v1 (v1alpha1 before v1 is served), read it back through v1, delete it",
+		Short: "Create a Widget through v1 (v1alpha1 before v1 is served) in -n (default: the context's namespace), read it back through v1, delete it",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := widgetClient(g)
 			if err != nil {
 				return err
 			}
-			return selftest(cmd.Context(), g, c, orDefault(namespace, g.Namespace()))
+			return selftest(cmd.Context(), g, c, g.Namespace())
 		},
 	}
-	cmd.Flags().StringVar(&namespace, "namespace", "", "where to create the test Widget (default: the context's namespace)")
 	return cmd
 }
 
@@ -43,21 +41,19 @@ func NewSelftestCommand(g *GlobalOptions) *cobra.Command {
 // webhooks are refused, and so is every Widget write. The hook makes helm return only once a
 // Widget passes the webhooks, as cert-manager's startupapicheck does for its own webhook.
 func NewWaitWebhooksCommand(g *GlobalOptions) *cobra.Command {
-	var namespace string
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "wait-webhooks",
-		Short: "Wait until a Widget passes the admission webhooks (server-side dry-run create); exit 0 ok, 2 timed out",
+		Short: "Wait until a Widget passes the admission webhooks (server-side dry-run create in -n, default: the context's namespace); exit 0 ok, 2 timed out",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := widgetClient(g)
 			if err != nil {
 				return err
 			}
-			return waitWebhooks(cmd.Context(), g, c, orDefault(namespace, g.Namespace()), timeout)
+			return waitWebhooks(cmd.Context(), g, c, g.Namespace(), timeout)
 		},
 	}
-	cmd.Flags().StringVar(&namespace, "namespace", "", "where to dry-run the Widget (default: the context's namespace)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Minute, "give up after this long")
 	return cmd
 }

@@ -59,14 +59,14 @@ type trafficFlags struct {
 
 func (f *trafficFlags) bind(fl *pflag.FlagSet) {
 	f.apiservers.bind(fl)
-	fl.StringVar(&f.namespace, "records-namespace", "", "namespace of the ConfigMaps the upgrade keeps its records in: request counts between checks, backups taken (default: the context's namespace; the release namespace in a cluster)")
+	fl.StringVar(&f.namespace, "records-namespace", "", "namespace of the ConfigMaps the upgrade keeps its records in: request counts between checks, backups taken (default: -n, else the release namespace of the Widget CRD, else the context's)")
 	fl.DurationVar(&f.window, "old-version-traffic-window", upgrade.DefaultTrafficWindow, "unserve and remove are refused while the old version served requests within this window (and since the storage flip, for unserve)")
 	fl.StringVar(&f.allowReason, "allow-old-version-traffic", "", "let unserve or remove through despite requests to the old version; the reason is recorded in an event on the CRD")
 	fl.StringVar(&f.auditLog, "audit-log", "", "a kube-apiserver audit log (JSON lines) readable here: a refusal for old-version traffic then names the clients")
 }
 
 // check builds the engine's traffic check with c's credentials.
-func (f *trafficFlags) check(g *GlobalOptions, rc *rest.Config, c client.Client, crdName string) (*upgrade.TrafficCheck, error) {
+func (f *trafficFlags) check(rc *rest.Config, c client.Client, crdName, recordsNamespace string) (*upgrade.TrafficCheck, error) {
 	if err := f.apiservers.validate(); err != nil {
 		return nil, err
 	}
@@ -81,7 +81,7 @@ func (f *trafficFlags) check(g *GlobalOptions, rc *rest.Config, c client.Client,
 		return apiservers.Instances(ctx, c)
 	}
 	return &upgrade.TrafficCheck{
-		Ledger: apitraffic.Ledger{Client: c, Namespace: orDefault(f.namespace, g.Namespace()), Name: apitraffic.LedgerName(crdName)},
+		Ledger: apitraffic.Ledger{Client: c, Namespace: recordsNamespace, Name: apitraffic.LedgerName(crdName)},
 		HTTP:   hc, Instances: instances, Window: f.window, AllowReason: f.allowReason, AuditLog: f.auditLog,
 	}, nil
 }
@@ -91,7 +91,7 @@ func (f *upgradeFlags) bind(cmd *cobra.Command, withTarget bool) {
 	fl.StringVar(&f.crd, "crd", crd.WidgetName, "name of the CustomResourceDefinition")
 	fl.StringVar(&f.old, "old-version", "v1alpha1", "the version being retired")
 	fl.StringVar(&f.new, "new-version", "v1", "the version replacing it")
-	fl.StringVar(&f.webhookURL, "webhook-url", "", "reach the conversion webhook here instead of its Service (e.g. through kubectl port-forward); its certificate is still verified against the CRD's caBundle")
+	fl.StringVar(&f.webhookURL, "webhook-url", "", "reach the conversion webhook here, verifying its certificate against the CRD's caBundle (the chart's hooks name the Service); by default the probe goes through the apiserver's service proxy, which needs only the kubeconfig")
 	f.traffic.bind(fl)
 	if withTarget {
 		fl.StringVar(&f.to, "to", "", "target stage: "+crd.StageNames()+" (required)")
@@ -115,7 +115,7 @@ type engine struct {
 	apiservers apiserverFlags
 }
 
-func newEngine(g *GlobalOptions, f *upgradeFlags) (*engine, error) {
+func newEngine(ctx context.Context, g *GlobalOptions, f *upgradeFlags) (*engine, error) {
 	rc, err := g.RESTConfig()
 	if err != nil {
 		return nil, err
@@ -129,12 +129,16 @@ func newEngine(g *GlobalOptions, f *upgradeFlags) (*engine, error) {
 		return nil, err
 	}
 	cfg := f.config()
-	traffic, err := f.traffic.check(g, rc, c, cfg.CRD)
+	records, err := g.recordsNamespace(ctx, f.traffic.namespace)
+	if err != nil {
+		return nil, err
+	}
+	traffic, err := f.traffic.check(rc, c, cfg.CRD, records)
 	if err != nil {
 		return nil, err
 	}
 	return &engine{cfg: cfg, apiservers: f.traffic.apiservers, clients: upgrade.Clients{Client: c, Metadata: md, DryRunNamespace: g.Namespace(),
-		Probe: upgrade.ProbeOptions{URL: f.webhookURL}, Traffic: traffic, RecordsNamespace: orDefault(f.traffic.namespace, g.Namespace())}}, nil
+		Probe: upgrade.ProbeOptions{URL: f.webhookURL, APIServer: rc}, Traffic: traffic, RecordsNamespace: records}}, nil
 }
 
 func (e *engine) observe(ctx context.Context) (*upgrade.Observation, error) {
@@ -162,7 +166,7 @@ func planFor(cmd *cobra.Command, g *GlobalOptions, f *upgradeFlags) (*engine, *u
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	e, err := newEngine(g, f)
+	e, err := newEngine(cmd.Context(), g, f)
 	if err != nil {
 		return nil, nil, nil, err
 	}

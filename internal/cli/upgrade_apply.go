@@ -25,7 +25,7 @@ helm upgrade to run instead.`,
 		func(cmd *cobra.Command, e *engine, o *upgrade.Observation, r *planReport) error {
 			if release, managed := upgrade.HelmManaged(o); managed {
 				return &upgrade.Refusal{Message: fmt.Sprintf("CRD %s is managed by Helm (release %q): changing it here would fight Helm over spec.versions", o.CRD, release),
-					Next: fmt.Sprintf("helm upgrade %s <chart> --reuse-values --set apiUpgrade.stage=%s", orDefault(release, "widget-operator"), r.To)}
+					Next: fmt.Sprintf("helm upgrade %s <chart> --version <the running chart version> --reset-then-reuse-values --set apiUpgrade.stage=%s --timeout 20m", orDefault(release, "widget-operator"), r.To)}
 			}
 			wait.apiserverFlags = e.apiservers
 			var err error
@@ -45,7 +45,7 @@ helm upgrade to run instead.`,
 			r.Applied = true
 			return nil
 		})
-	cmd.Flags().StringVar(&progressNamespace, "progress-namespace", "", "namespace of the migration's progress ConfigMap (default: the context's namespace)")
+	cmd.Flags().StringVar(&progressNamespace, "progress-namespace", "", "namespace of the migration's progress ConfigMap, which the manager reads (default: -n, else the release namespace of the Widget CRD, else the context's)")
 	wait.bind(cmd.Flags())
 	return cmd
 }
@@ -64,8 +64,8 @@ func runStageMigration(ctx context.Context, g *GlobalOptions, crdName, progressN
 	if err != nil {
 		return err
 	}
-	if progressNamespace == "" {
-		progressNamespace = g.Namespace()
+	if progressNamespace, err = g.recordsNamespace(ctx, progressNamespace); err != nil {
+		return err
 	}
 	res, err := m.Migrate(ctx, migrate.Options{CRD: crdName, ProgressNamespace: progressNamespace})
 	if err != nil {

@@ -41,7 +41,7 @@ func newUpgradeStatusCommand(g *GlobalOptions) *cobra.Command {
 		Short: "Show the CRD's versions, flags, storedVersions, stage, conversion webhook health and object count",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			e, err := newEngine(g, f)
+			e, err := newEngine(cmd.Context(), g, f)
 			if err != nil {
 				return err
 			}
@@ -52,7 +52,10 @@ func newUpgradeStatusCommand(g *GlobalOptions) *cobra.Command {
 			}
 			r := statusReport{Observation: o, StageLabel: o.StageLabel(), WebhookHealth: "not checked (one version)"}
 			if o.Exists && o.Old.Present && o.New.Present {
-				r.WebhookHealth = "ok: " + o.Old.Name + " -> " + o.New.Name + " -> " + o.Old.Name + " round trip over TLS verified with the CRD's caBundle"
+				r.WebhookHealth = "ok: " + o.Old.Name + " -> " + o.New.Name + " -> " + o.Old.Name + " round trip through the apiserver's service proxy"
+				if f.webhookURL != "" {
+					r.WebhookHealth = "ok: " + o.Old.Name + " -> " + o.New.Name + " -> " + o.Old.Name + " round trip over TLS verified with the CRD's caBundle"
+				}
 				live := &apiextensionsv1.CustomResourceDefinition{}
 				if err := e.clients.Client.Get(ctx, client.ObjectKey{Name: o.CRD}, live); err == nil {
 					if err := upgrade.ProbeConversion(ctx, live, e.cfg, e.clients.Probe); err != nil {

@@ -190,7 +190,7 @@ func TestUpgradeCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, errOut = expect(cli.ExitRefused, "upgrade", "apply", "--to", "migrate")
-	if !strings.Contains(errOut, "helm upgrade widget-operator <chart> --reuse-values --set apiUpgrade.stage=migrate") {
+	if !strings.Contains(errOut, "helm upgrade widget-operator <chart> --version <the running chart version> --reset-then-reuse-values --set apiUpgrade.stage=migrate --timeout 20m") {
 		t.Errorf("apply on a Helm-managed CRD: %s", errOut)
 	}
 

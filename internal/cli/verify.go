@@ -35,7 +35,7 @@ apiserver would store must not change (its generation stays). Through a version 
 the storage version this runs the live conversion webhook both ways.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			e, err := newEngine(g, f)
+			e, err := newEngine(cmd.Context(), g, f)
 			if err != nil {
 				return err
 			}

@@ -592,7 +592,7 @@ func checkMonitoring(t *testing.T, c *cluster.Cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	grafana := strings.NewReplacer(`job="$job"`, job, `namespace=~"$namespace"`, `namespace=~".*"`, "$__rate_interval", "1m")
+	grafana := strings.NewReplacer(`cluster=~"$cluster"`, `cluster=~".*"`, `job="$job"`, job, `namespace=~"$namespace"`, `namespace=~".*"`, "$__rate_interval", "1m")
 	for where, list := range exprs {
 		for _, e := range list {
 			if _, err := p.Query(context.Background(), grafana.Replace(e)); err != nil {

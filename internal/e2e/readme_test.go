@@ -105,8 +105,13 @@ func TestREADMECommands(t *testing.T) {
 		case f[0] == "helm" && (f[1] == "install" || f[1] == "upgrade"):
 			// Render the chart with the same release, chart and values.
 			args := []string{"template", f[2], f[3], "--kube-version", "1.37.0"}
-			for _, a := range f[4:] {
-				if a != "--reuse-values" && a != "--create-namespace" {
+			// helm template has no use for the flags that only matter against a cluster.
+			for i := 4; i < len(f); i++ {
+				switch a := f[i]; a {
+				case "--reuse-values", "--reset-then-reuse-values", "--create-namespace":
+				case "--timeout":
+					i++
+				default:
 					args = append(args, a)
 				}
 			}

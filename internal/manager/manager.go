@@ -48,6 +48,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
+	"github.com/widgetry/widget-operator/internal/certtrust"
 	"github.com/widgetry/widget-operator/internal/controller"
 	"github.com/widgetry/widget-operator/internal/crd"
 	widgetmetrics "github.com/widgetry/widget-operator/internal/metrics"
@@ -242,7 +243,7 @@ func setupWebhookSide(log logr.Logger, cfg *rest.Config, opts Options, s *runtim
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := setupWebhooks(log, webhookMgr, opts, draining); err != nil {
+	if err := setupWebhooks(log, webhookMgr, opts, draining, cert); err != nil {
 		return nil, nil, err
 	}
 	if err := setupMetrics(log, webhookMgr, opts, cert); err != nil {
@@ -384,8 +385,9 @@ func webhookCache(name string) map[client.Object]cache.ByObject {
 }
 
 // setupWebhooks registers the conversion, defaulting and validating handlers on the webhook
-// manager's server, each wrapped so that it closes connections while the replica drains.
-func setupWebhooks(log logr.Logger, webhookMgr ctrl.Manager, opts Options, draining *atomic.Bool) error {
+// manager's server, each wrapped so that it closes connections while the replica drains, and
+// the answer naming the certificate the server presents.
+func setupWebhooks(log logr.Logger, webhookMgr ctrl.Manager, opts Options, draining *atomic.Bool, cert *servingCertificate) error {
 	// The manager starts its webhook server only once it has been asked for it.
 	webhookServer := webhookMgr.GetWebhookServer()
 	convMetrics, err := webhook.NewConversionMetrics(metrics.Registry)
@@ -425,6 +427,7 @@ func setupWebhooks(log logr.Logger, webhookMgr ctrl.Manager, opts Options, drain
 	webhookServer.Register(webhook.ConvertPath, closeWhenDraining(budget.Limit(webhook.ConvertPath, webhook.ConversionPeakFactor, limits.MaxConversionBody, convert)))
 	webhookServer.Register(webhook.MutatePath, closeWhenDraining(budget.Limit(webhook.MutatePath, webhook.AdmissionPeakFactor, limits.MaxAdmissionBody, admission(webhook.Defaulter{}))))
 	webhookServer.Register(webhook.ValidatePath, closeWhenDraining(budget.Limit(webhook.ValidatePath, webhook.AdmissionPeakFactor, limits.MaxAdmissionBody, admission(webhook.Validator{}))))
+	webhookServer.Register(certtrust.ServedPath, certtrust.ServedHandler(func() *tls.Certificate { c, _ := cert.GetCertificate(nil); return c }, cert.Held))
 	return nil
 }
 

@@ -8,17 +8,30 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// CertificateExpiryName is the certificate collector's metric name.
-const CertificateExpiryName = "widget_webhook_certificate_expiry_timestamp_seconds"
+// Names of the certificate collector's metrics.
+const (
+	CertificateExpiryName    = "widget_webhook_certificate_expiry_timestamp_seconds"
+	CertificateNotBeforeName = "widget_webhook_certificate_not_before_timestamp_seconds"
+)
 
-var certificateExpiryDesc = prometheus.NewDesc(CertificateExpiryName,
-	"NotAfter of the serving certificate the webhook server currently presents, as a Unix timestamp. Absent until a certificate is loaded.",
-	nil, nil)
+var (
+	certificateExpiryDesc = prometheus.NewDesc(CertificateExpiryName,
+		"NotAfter of the serving certificate the webhook server currently presents, as a Unix timestamp. Absent until a certificate is loaded.",
+		nil, nil)
+	// The lifetime (NotAfter - NotBefore) lets an expiry alert be relative to it: a fixed
+	// threshold fires forever for certificates shorter than it.
+	certificateNotBeforeDesc = prometheus.NewDesc(CertificateNotBeforeName,
+		"NotBefore of the serving certificate the webhook server currently presents, as a Unix timestamp. Absent until a certificate is loaded.",
+		nil, nil)
+)
 
-// CertificateExpiryCollector exports the expiry of the currently loaded serving certificate.
-// Reading it at scrape time follows a rotation (certwatcher reloads the file) without a restart.
+// CertificateExpiryCollector exports the validity period of the currently loaded serving
+// certificate. Reading it at scrape time follows a rotation (certwatcher reloads the file)
+// without a restart.
 type CertificateExpiryCollector struct {
 	expiry func() (notAfter time.Time, loaded bool)
+	// current, when set, also gives NotBefore.
+	current func() *x509.Certificate
 }
 
 var _ prometheus.Collector = (*CertificateExpiryCollector)(nil)
@@ -26,17 +39,12 @@ var _ prometheus.Collector = (*CertificateExpiryCollector)(nil)
 // NewCertificateExpiryCollector returns a collector calling current at every scrape; current
 // returns nil while no certificate is loaded.
 func NewCertificateExpiryCollector(current func() *x509.Certificate) *CertificateExpiryCollector {
-	return NewCertificateExpiryCollectorFunc(func() (time.Time, bool) {
-		c := current()
-		if c == nil {
-			return time.Time{}, false
-		}
-		return c.NotAfter, true
-	})
+	return &CertificateExpiryCollector{current: current}
 }
 
 // NewCertificateExpiryCollectorFunc is NewCertificateExpiryCollector for callers that keep only
-// the expiry: expiry returns the certificate's NotAfter and whether one is loaded.
+// the expiry: expiry returns the certificate's NotAfter and whether one is loaded. It exports
+// no NotBefore.
 func NewCertificateExpiryCollectorFunc(expiry func() (notAfter time.Time, loaded bool)) *CertificateExpiryCollector {
 	return &CertificateExpiryCollector{expiry: expiry}
 }
@@ -44,10 +52,23 @@ func NewCertificateExpiryCollectorFunc(expiry func() (notAfter time.Time, loaded
 // Describe implements prometheus.Collector.
 func (c *CertificateExpiryCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- certificateExpiryDesc
+	if c.current != nil {
+		ch <- certificateNotBeforeDesc
+	}
 }
 
 // Collect implements prometheus.Collector.
 func (c *CertificateExpiryCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.current != nil {
+		// One read for both, so that they describe the same certificate.
+		cert := c.current()
+		if cert == nil {
+			return
+		}
+		ch <- prometheus.MustNewConstMetric(certificateExpiryDesc, prometheus.GaugeValue, float64(cert.NotAfter.Unix()))
+		ch <- prometheus.MustNewConstMetric(certificateNotBeforeDesc, prometheus.GaugeValue, float64(cert.NotBefore.Unix()))
+		return
+	}
 	notAfter, loaded := c.expiry()
 	if !loaded {
 		return

@@ -181,12 +181,12 @@ func TestCertificateExpiry(t *testing.T) {
 		want string
 	}{
 		{"nothing loaded yet", nil, ""},
-		{"first certificate", selfSigned(t, first), fmt.Sprintf("%s %d\n", CertificateExpiryName, first.Unix())},
-		{"rotated without restart", selfSigned(t, rotated), fmt.Sprintf("%s %d\n", CertificateExpiryName, rotated.Unix())},
+		{"first certificate", selfSigned(t, first), fmt.Sprintf("%s %d\n%s %d\n", CertificateExpiryName, first.Unix(), CertificateNotBeforeName, first.Add(-24*time.Hour).Unix())},
+		{"rotated without restart", selfSigned(t, rotated), fmt.Sprintf("%s %d\n%s %d\n", CertificateExpiryName, rotated.Unix(), CertificateNotBeforeName, rotated.Add(-24*time.Hour).Unix())},
 	}
 	for _, s := range steps {
 		served = s.cert
-		if err := gatherAndCompare(reg, s.want, CertificateExpiryName); err != nil {
+		if err := gatherAndCompare(reg, s.want, CertificateExpiryName, CertificateNotBeforeName); err != nil {
 			t.Errorf("%s: %v", s.name, err)
 		}
 	}
@@ -203,7 +203,8 @@ func TestCertificateExpiryFunc(t *testing.T) {
 		t.Errorf("not loaded: %v", err)
 	}
 	loaded = true
-	if err := gatherAndCompare(reg, fmt.Sprintf("%s %d", CertificateExpiryName, notAfter.Unix()), CertificateExpiryName); err != nil {
+	// Only NotAfter is known: no NotBefore series.
+	if err := gatherAndCompare(reg, fmt.Sprintf("%s %d", CertificateExpiryName, notAfter.Unix()), CertificateExpiryName, CertificateNotBeforeName); err != nil {
 		t.Errorf("loaded: %v", err)
 	}
 	both := Options{

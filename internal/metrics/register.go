@@ -25,12 +25,13 @@ type Options struct {
 	CRDNames []string
 
 	// Certificate returns the serving certificate the webhook server currently presents, or nil
-	// when none is loaded yet; nil leaves out widget_webhook_certificate_expiry_timestamp_seconds.
+	// when none is loaded yet; nil leaves out widget_webhook_certificate_expiry_timestamp_seconds
+	// and widget_webhook_certificate_not_before_timestamp_seconds.
 	// For controller-runtime's certwatcher: LeafCertificate(watcher.GetCertificate).
 	Certificate func() *x509.Certificate
 	// CertificateExpiry is the alternative to Certificate for callers that keep only the
-	// expiry: the NotAfter of the certificate presented now and whether one is loaded. Setting
-	// both is an error.
+	// expiry: the NotAfter of the certificate presented now and whether one is loaded (no
+	// NotBefore is exported then). Setting both is an error.
 	CertificateExpiry func() (notAfter time.Time, loaded bool)
 
 	// Log receives CRD read errors (a scrape never fails because of them). Zero value: discard.

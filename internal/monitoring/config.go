@@ -3,6 +3,7 @@ package monitoring
 import (
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
 )
 
@@ -21,7 +22,22 @@ const (
 	WidgetCRD = "widgets.widgetry.io"
 	// LeaseName is the manager's leader election lease (leader_election_master_status' name).
 	LeaseName = "widget-operator.widgetry.io"
+	// DefaultCertificate is the cert-manager Certificate of the webhooks' serving certificate
+	// for the default release name (the chart names it <fullname>-serving).
+	DefaultCertificate = "widget-operator-serving"
+	// MutatingWebhookName and ValidatingWebhookName are the webhooks of the chart's
+	// Mutating- and ValidatingWebhookConfiguration: the name label of the apiserver's
+	// apiserver_admission_webhook_* metrics. Both are failurePolicy Fail.
+	MutatingWebhookName   = "mutate.widgets.widgetry.io"
+	ValidatingWebhookName = "validate.widgets.widgetry.io"
+	// ManagerContainers are the containers of a manager pod (the chart's manager, serving the
+	// webhooks, and controller): the container label of the kubelet's cAdvisor metrics.
+	ManagerContainers = "manager|controller"
 )
+
+// admissionWebhooks is a PromQL regular expression, as the body of a double-quoted string,
+// matching exactly the two admission webhooks' names.
+var admissionWebhooks = strings.ReplaceAll(regexp.QuoteMeta(MutatingWebhookName)+"|"+regexp.QuoteMeta(ValidatingWebhookName), `\`, `\\`)
 
 // Config parameterises the rules (dashboards take job and namespace as Grafana variables).
 type Config struct {
@@ -33,11 +49,14 @@ type Config struct {
 	// kube-state-metrics in this project's tests, and `up` has no series for a replica that
 	// was never scheduled, so the desired count comes from the deployment's configuration.
 	ExpectedReplicas int
+	// Certificate is the cert-manager Certificate of the serving certificate (the name label of
+	// cert-manager's certmanager_certificate_* metrics); the chart derives it from the release.
+	Certificate string
 }
 
 // DefaultConfig returns the configuration of the committed rules file.
 func DefaultConfig() Config {
-	return Config{Job: DefaultJob, RunbookBaseURL: DefaultRunbookBaseURL, ExpectedReplicas: DefaultExpectedReplicas}
+	return Config{Job: DefaultJob, RunbookBaseURL: DefaultRunbookBaseURL, ExpectedReplicas: DefaultExpectedReplicas, Certificate: DefaultCertificate}
 }
 
 // Validate reports a configuration that would render broken rules.
@@ -51,6 +70,9 @@ func (c Config) Validate() error {
 	}
 	if c.ExpectedReplicas < 1 {
 		return fmt.Errorf("expected replicas %d: want at least 1", c.ExpectedReplicas)
+	}
+	if c.Certificate == "" || strings.ContainsAny(c.Certificate, "\"\\\n") {
+		return fmt.Errorf("certificate %q: want a non-empty Certificate name without quotes, backslashes or newlines", c.Certificate)
 	}
 	return nil
 }

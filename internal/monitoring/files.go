@@ -17,7 +17,7 @@ func Files(cfg Config) (map[string][]byte, error) {
 		return nil, err
 	}
 	files := map[string][]byte{RulesPath: rules}
-	ds, err := Dashboards()
+	ds, err := DashboardsFor(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ package monitoring
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,11 +19,18 @@ import (
 )
 
 // renderHelm executes the rules template the way Helm does (text/template; trimSuffix is one of
-// Helm's sprig functions).
-func renderHelm(t *testing.T, tpl []byte, values map[string]any) []byte {
+// Helm's sprig functions), with include answering the chart's serving Certificate name helper
+// with certificate.
+func renderHelm(t *testing.T, tpl []byte, values map[string]any, certificate string) []byte {
 	t.Helper()
+	include := func(name string, _ any) (string, error) {
+		if name != "widget-operator.servingCertificateName" {
+			return "", fmt.Errorf("include %q: the rules may use only the serving Certificate's name", name)
+		}
+		return certificate, nil
+	}
 	tmpl, err := template.New("rules").Option("missingkey=error").
-		Funcs(template.FuncMap{"trimSuffix": func(suffix, s string) string { return strings.TrimSuffix(s, suffix) }}).
+		Funcs(template.FuncMap{"trimSuffix": func(suffix, s string) string { return strings.TrimSuffix(s, suffix) }, "include": include}).
 		Parse(string(tpl))
 	if err != nil {
 		t.Fatalf("parse the Helm rules template: %v", err)
@@ -50,7 +58,7 @@ func TestRulesHelmTemplate(t *testing.T) {
 	}, {
 		name:   "custom job, base URL with a trailing slash, 3 replicas",
 		values: map[string]any{"monitoring": map[string]any{"job": "wo-prod", "runbookBaseURL": "https://runbooks.example.com/widget/"}, "replicaCount": 3},
-		cfg:    Config{Job: "wo-prod", RunbookBaseURL: "https://runbooks.example.com/widget", ExpectedReplicas: 3},
+		cfg:    Config{Job: "wo-prod", RunbookBaseURL: "https://runbooks.example.com/widget", ExpectedReplicas: 3, Certificate: "wo-prod-serving"},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -58,7 +66,7 @@ func TestRulesHelmTemplate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := renderHelm(t, tpl, tt.values)
+			got := renderHelm(t, tpl, tt.values, tt.cfg.Certificate)
 			if !bytes.Equal(got, stripComments(want)) {
 				t.Errorf("rendered template differs from RulesYAML(%+v):\n%s", tt.cfg, got)
 			}
@@ -79,6 +87,8 @@ func TestRulesHelmTemplateWithHelm(t *testing.T) {
 		"Chart.yaml":           "apiVersion: v2\nname: rules-probe\nversion: 0.1.0\n",
 		"values.yaml":          "replicaCount: 3\nmonitoring:\n  job: wo-prod\n  runbookBaseURL: https://runbooks.example.com/widget/\n",
 		"templates/_rules.tpl": string(tpl),
+		// The chart's helper derives the name from the release; the rules only include it.
+		"templates/_helpers.tpl": "{{- define \"widget-operator.servingCertificateName\" -}}{{ .Release.Name }}-serving{{- end }}\n",
 		"templates/prometheusrule.yaml": "apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata:\n  name: widget-operator\nspec:\n" +
 			"  {{- include \"" + HelmRulesTemplateName + "\" . | nindent 2 }}\n",
 	}
@@ -91,7 +101,7 @@ func TestRulesHelmTemplateWithHelm(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want, err := Rules(Config{Job: "wo-prod", RunbookBaseURL: "https://runbooks.example.com/widget", ExpectedReplicas: 3})
+	want, err := Rules(Config{Job: "wo-prod", RunbookBaseURL: "https://runbooks.example.com/widget", ExpectedReplicas: 3, Certificate: "widget-operator-serving"})
 	if err != nil {
 		t.Fatal(err)
 	}

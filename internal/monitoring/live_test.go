@@ -3,7 +3,6 @@
 package monitoring
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,6 +25,7 @@ import (
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/migrate"
+	"github.com/widgetry/widget-operator/internal/runbooks"
 	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/prereq"
@@ -206,7 +206,7 @@ scrape_configs:
 			return err
 		})
 	}
-	grafana := strings.NewReplacer(`job="$job"`, `job="`+DefaultJob+`"`, `namespace=~"$namespace"`, `namespace=~".*"`, "$__rate_interval", "1m")
+	grafana := strings.NewReplacer(`cluster=~"$cluster"`, `cluster=~".*"`, `job="$job"`, `job="`+DefaultJob+`"`, `namespace=~"$namespace"`, `namespace=~".*"`, "$__rate_interval", "1m")
 	for where, exprs := range dashboardExprs(t) {
 		for _, e := range exprs {
 			if _, err := promQuery(base, grafana.Replace(e)); err != nil {
@@ -240,41 +240,24 @@ func runRunbookCommands(t *testing.T, env *testenv.Env, op *widgetenv.Operator) 
 	t.Helper()
 	widgetctl := widgetenv.Binary(t, "widgetctl")
 	path := filepath.Dir(widgetctl) + ":" + env.AssetsDir + ":" + os.Getenv("PATH")
-	seen := map[string]bool{}
-	files, err := filepath.Glob(filepath.Join(prereq.RepoRoot(t), "runbooks", "*", "*.md"))
+	lines, err := runbooks.Lines(filepath.Join(prereq.RepoRoot(t), "runbooks"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, file := range files {
-		f, err := os.Open(file)
-		if err != nil {
-			t.Fatal(err)
+	seen := map[string]bool{}
+	for _, l := range lines {
+		cmd := l.Command
+		if !apiserverOnly.MatchString(cmd) || strings.ContainsAny(cmd, "<$") || seen[cmd] {
+			continue
 		}
-		inBlock := false
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			line := strings.TrimSpace(sc.Text())
-			if strings.HasPrefix(line, "```") {
-				inBlock = !inBlock
-				continue
-			}
-			if !inBlock || !apiserverOnly.MatchString(line) || strings.ContainsAny(line, "<$") || strings.HasSuffix(line, "\\") {
-				continue
-			}
-			cmd := strings.TrimSpace(strings.SplitN(line, " # ", 2)[0])
-			if seen[cmd] {
-				continue
-			}
-			seen[cmd] = true
-			c := exec.Command("bash", "-o", "pipefail", "-c", cmd)
-			c.Env = append(os.Environ(), "PATH="+path, "KUBECONFIG="+env.Kubeconfig)
-			c.Dir = t.TempDir() // some commands save files (a CRD backup before break-glass)
-			out, err := c.CombinedOutput()
-			if err != nil && !strings.Contains(cmd, "| head") { // head closing the pipe early is fine
-				t.Errorf("%s: %s: %v\n%s", filepath.Base(file), cmd, err, out)
-			}
+		seen[cmd] = true
+		c := exec.Command("bash", "-o", "pipefail", "-c", cmd)
+		c.Env = append(os.Environ(), "PATH="+path, "KUBECONFIG="+env.Kubeconfig)
+		c.Dir = t.TempDir() // some commands save files (a CRD backup before break-glass)
+		out, err := c.CombinedOutput()
+		if err != nil && !strings.Contains(cmd, "| head") { // head closing the pipe early is fine
+			t.Errorf("%s: %s: %v\n%s", l.File, cmd, err, out)
 		}
-		f.Close()
 	}
 	if len(seen) < 5 {
 		t.Errorf("only %d apiserver-only runbook commands found; the pattern no longer matches the runbooks", len(seen))

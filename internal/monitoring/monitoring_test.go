@@ -20,6 +20,8 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/table"
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 	prommodel "github.com/prometheus/common/model"
+	promlabels "github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/widgetry/widget-operator/internal/crd"
@@ -174,7 +176,7 @@ func TestRules(t *testing.T) {
 }
 
 func TestRulesConfig(t *testing.T) {
-	cfg := Config{Job: "wo", RunbookBaseURL: "https://runbooks.example.com/widget/", ExpectedReplicas: 3}
+	cfg := Config{Job: "wo", RunbookBaseURL: "https://runbooks.example.com/widget/", ExpectedReplicas: 3, Certificate: "wo-widget-operator-serving"}
 	y, err := RulesYAML(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -184,19 +186,22 @@ func TestRulesConfig(t *testing.T) {
 		`up{job="wo"} == 1`,
 		") < 3",
 		"https://runbooks.example.com/widget/alerts/WidgetWebhookDown.md",
+		`certmanager_certificate_ready_status{name="wo-widget-operator-serving",`,
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("rules for %+v lack %q", cfg, want)
 		}
 	}
-	if strings.Contains(s, `job="widget-operator"`) || strings.Contains(s, DefaultRunbookBaseURL) {
+	if strings.Contains(s, `job="widget-operator"`) || strings.Contains(s, DefaultRunbookBaseURL) || strings.Contains(s, `"`+DefaultCertificate+`"`) {
 		t.Errorf("rules for %+v still carry a default", cfg)
 	}
 	for _, bad := range []Config{
-		{Job: "", RunbookBaseURL: DefaultRunbookBaseURL, ExpectedReplicas: 1},
-		{Job: `a"b`, RunbookBaseURL: DefaultRunbookBaseURL, ExpectedReplicas: 1},
-		{Job: "j", RunbookBaseURL: "runbooks", ExpectedReplicas: 1},
-		{Job: "j", RunbookBaseURL: DefaultRunbookBaseURL, ExpectedReplicas: 0},
+		{Job: "", RunbookBaseURL: DefaultRunbookBaseURL, ExpectedReplicas: 1, Certificate: DefaultCertificate},
+		{Job: `a"b`, RunbookBaseURL: DefaultRunbookBaseURL, ExpectedReplicas: 1, Certificate: DefaultCertificate},
+		{Job: "j", RunbookBaseURL: "runbooks", ExpectedReplicas: 1, Certificate: DefaultCertificate},
+		{Job: "j", RunbookBaseURL: DefaultRunbookBaseURL, ExpectedReplicas: 0, Certificate: DefaultCertificate},
+		{Job: "j", RunbookBaseURL: DefaultRunbookBaseURL, ExpectedReplicas: 1},
+		{Job: "j", RunbookBaseURL: DefaultRunbookBaseURL, ExpectedReplicas: 1, Certificate: `a"b`},
 	} {
 		if _, err := RulesYAML(bad); err == nil {
 			t.Errorf("RulesYAML(%+v) succeeded, want an error", bad)
@@ -251,8 +256,14 @@ func TestDashboards(t *testing.T) {
 			var vars []string
 			for _, v := range d.Templating.List {
 				vars = append(vars, v.Name)
+				// A single-cluster Prometheus has no cluster label: All must be the default and
+				// match series without one.
+				if v.Name == varCluster && (v.IncludeAll == nil || !*v.IncludeAll || v.AllValue == nil || *v.AllValue != ".*" ||
+					v.Current == nil || v.Current.Value.String == nil || *v.Current.Value.String != "$__all") {
+					t.Errorf("the cluster variable must include All (.*), selected by default: %+v", v)
+				}
 			}
-			for _, want := range []string{varDatasource, varJob, varNamespace} {
+			for _, want := range []string{varDatasource, varCluster, varJob, varNamespace} {
 				if !slices.Contains(vars, want) {
 					t.Errorf("no %s variable (have %v)", want, vars)
 				}
@@ -318,9 +329,25 @@ func checkPanel(t *testing.T, p *dashboard.Panel) {
 			t.Errorf("panel %q: target %T is not a Prometheus query", title, target)
 			continue
 		}
-		if _, err := parseExpr(q.Expr); err != nil {
+		node, err := parseExpr(q.Expr)
+		if err != nil {
 			t.Errorf("panel %q: query does not parse: %v\n%s", title, err, q.Expr)
+			continue
 		}
+		// Every selector follows the cluster variable, or a multi-cluster Prometheus mixes
+		// clusters in one panel.
+		parser.Inspect(node, func(n parser.Node, _ []parser.Node) error {
+			vs, ok := n.(*parser.VectorSelector)
+			if !ok {
+				return nil
+			}
+			if !slices.ContainsFunc(vs.LabelMatchers, func(m *promlabels.Matcher) bool {
+				return m.Name == varCluster && m.Type == promlabels.MatchRegexp && m.Value == "$"+varCluster
+			}) {
+				t.Errorf("panel %q: %s does not select cluster=~\"$%s\"", title, vs, varCluster)
+			}
+			return nil
+		})
 	}
 }
 
@@ -335,7 +362,7 @@ func dashboardExprs(t *testing.T) map[string][]string {
 }
 
 // upstreamSources are the catalogue's source values for metrics this project does not export.
-var upstreamSources = []string{"controller-runtime", "client-go", "kube-apiserver", "Prometheus"}
+var upstreamSources = []string{"controller-runtime", "client-go", "kube-apiserver", "Prometheus", "cert-manager", "cAdvisor"}
 
 // TestMetricCatalogue checks that every metric an alert or a dashboard uses is in the
 // catalogue, and that each is either exported by this project's Go code or documented as

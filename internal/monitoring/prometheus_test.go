@@ -79,6 +79,19 @@ func syntheticData(now time.Time) []synthetic {
 			synthetic{"widget_crd_stored_versions", withLabels(m, "crd", WidgetCRD, "version", "v1alpha1"), constant(1)},
 			synthetic{"widget_crd_stored_versions", withLabels(m, "crd", WidgetCRD, "version", "v1"), constant(1)},
 			synthetic{"widget_webhook_certificate_expiry_timestamp_seconds", m, constant(float64(now.Add(60 * 24 * time.Hour).Unix()))},
+			synthetic{"widget_webhook_certificate_not_before_timestamp_seconds", m, constant(float64(now.Add(-30 * 24 * time.Hour).Unix()))},
+			synthetic{"widget_webhook_certificate_renewal_held", m, constant(0)},
+			// Panic counters exist from the start at 0 (controller-runtime initialises them).
+			synthetic{"controller_runtime_reconcile_panics_total", withLabels(m, "controller", "widget", "process", "controller"), constant(0)},
+			synthetic{"controller_runtime_webhook_panics_total", m, constant(0)},
+			synthetic{"widget_conversion_panics_total", m, constant(0)},
+			synthetic{"workqueue_longest_running_processor_seconds", withLabels(m, "name", "widget", "controller", "widget", "process", "controller"), constant(leader * 0.2)},
+			synthetic{"workqueue_unfinished_work_seconds", withLabels(m, "name", "widget", "controller", "widget", "process", "controller"), constant(leader * 0.3)},
+			// Both processes: the webhooks' (no process label) and the controller's.
+			synthetic{"rest_client_requests_total", withLabels(m, "code", "200", "method", "GET", "host", "10.96.0.1:443"), perSecond(3)},
+			synthetic{"rest_client_requests_total", withLabels(m, "code", "200", "method", "GET", "host", "10.96.0.1:443", "process", "controller"), perSecond(leader * 10)},
+			synthetic{"process_start_time_seconds", m, constant(float64(now.Add(-2 * time.Hour).Unix()))},
+			synthetic{"process_start_time_seconds", withLabels(m, "process", "controller"), constant(float64(now.Add(-2 * time.Hour).Unix()))},
 			synthetic{"widget_migration_objects_total", withLabels(m, "crd", WidgetCRD, "result", "migrated"), perSecond(50)},
 			synthetic{"widget_migration_objects_total", withLabels(m, "crd", WidgetCRD, "result", "conflict"), perSecond(1)},
 			synthetic{"widget_migration_in_progress", withLabels(m, "crd", WidgetCRD), constant(1)},
@@ -92,14 +105,53 @@ func syntheticData(now time.Time) []synthetic {
 			data = append(data, synthetic{"controller_runtime_webhook_requests_total", withLabels(m, "webhook", path, "code", "200"), perSecond(1)})
 			data = append(data, histogram("controller_runtime_webhook_latency_seconds", withLabels(m, "webhook", path), 1, les, shares)...)
 		}
+		// The kubelet's cAdvisor, for both containers of the pod (its own job; namespace and pod
+		// are the container's).
+		for _, container := range []string{"manager", "controller"} {
+			c := map[string]string{"job": "kubelet", "metrics_path": "/metrics/cadvisor", "instance": "10.0.0.10:10250",
+				"namespace": "widget-system", "pod": m["pod"], "container": container}
+			data = append(data,
+				synthetic{"container_cpu_usage_seconds_total", c, perSecond(0.05)},
+				synthetic{"container_cpu_cfs_periods_total", c, perSecond(10)},
+				synthetic{"container_cpu_cfs_throttled_periods_total", c, perSecond(0.5)},
+				synthetic{"container_memory_working_set_bytes", c, constant(64 << 20)},
+				synthetic{"container_spec_memory_limit_bytes", c, constant(256 << 20)},
+				synthetic{"container_spec_cpu_quota", c, constant(50000)},
+				synthetic{"container_spec_cpu_period", c, constant(100000)},
+			)
+		}
 	}
+	// cert-manager's controller, scraped from its own pod: the Certificate's namespace arrives as
+	// exported_namespace.
+	cm := map[string]string{"job": "cert-manager", "namespace": "cert-manager", "instance": "10.0.0.20:9402", "exported_namespace": "widget-system",
+		"name": DefaultCertificate, "issuer_name": "widget-operator-ca", "issuer_kind": "Issuer", "issuer_group": "cert-manager.io"}
+	data = append(data,
+		synthetic{"certmanager_certificate_ready_status", withLabels(cm, "condition", "True"), constant(1)},
+		synthetic{"certmanager_certificate_ready_status", withLabels(cm, "condition", "False"), constant(0)},
+		synthetic{"certmanager_certificate_ready_status", withLabels(cm, "condition", "Unknown"), constant(0)},
+		synthetic{"certmanager_certificate_expiration_timestamp_seconds", cm, constant(float64(now.Add(60 * 24 * time.Hour).Unix()))},
+		synthetic{"certmanager_certificate_renewal_timestamp_seconds", cm, constant(float64(now.Add(30 * 24 * time.Hour).Unix()))},
+	)
 	a := map[string]string{"job": "apiserver", "instance": "10.0.0.9:6443"}
 	data = append(data,
 		synthetic{"up", a, constant(1)},
 		synthetic{"apiserver_request_total", withLabels(a, "group", "widgetry.io", "version", "v1alpha1", "resource", "widgets", "verb", "LIST", "code", "200"), perSecond(0.5)},
 		synthetic{"apiserver_request_total", withLabels(a, "group", "widgetry.io", "version", "v1", "resource", "widgets", "verb", "GET", "code", "200"), perSecond(3)},
 		synthetic{"apiserver_requested_deprecated_apis", withLabels(a, "group", "widgetry.io", "version", "v1alpha1", "resource", "widgets", "removed_release", ""), constant(1)},
+		// A dry run (the chart's hooks): left out by the panels and the alert.
+		synthetic{"apiserver_request_total", withLabels(a, "group", "widgetry.io", "version", "v1alpha1", "resource", "widgets", "verb", "CREATE", "dry_run", "All", "code", "201"), perSecond(0.1)},
 	)
+	// The admission webhooks as the apiserver calls them: allowed, denied by validation, and
+	// no errors at all (the rejection series of calling errors do not exist).
+	for _, w := range []struct{ name, typ, op string }{{MutatingWebhookName, "admit", "UPDATE"}, {ValidatingWebhookName, "validating", "CREATE"}} {
+		l := withLabels(a, "name", w.name, "type", w.typ, "operation", w.op)
+		data = append(data,
+			synthetic{"apiserver_admission_webhook_request_total", withLabels(l, "code", "200", "rejected", "false"), perSecond(2)},
+			synthetic{"apiserver_admission_webhook_request_total", withLabels(l, "code", "403", "rejected", "true"), perSecond(0.1)},
+			synthetic{"apiserver_admission_webhook_rejection_count", withLabels(l, "error_type", "no_error", "rejection_code", "403"), perSecond(0.1)},
+		)
+		data = append(data, histogram("apiserver_admission_webhook_admission_duration_seconds", withLabels(l, "rejected", "false"), 2, les, shares)...)
+	}
 	// A healthy cluster: no failed conversion has happened since the apiserver started, so the
 	// failure series do not exist at all and the error ratios must still show 0.
 	data = append(data, histogram("apiserver_crd_conversion_webhook_duration_seconds",
@@ -201,7 +253,7 @@ func TestQueriesAgainstPrometheus(t *testing.T) {
 	}
 
 	// Grafana's substitutions for job, namespace All, and the rate interval.
-	grafana := strings.NewReplacer(`job="$job"`, `job="`+DefaultJob+`"`, `namespace=~"$namespace"`, `namespace=~".*"`, "$__rate_interval", "2m")
+	grafana := strings.NewReplacer(`cluster=~"$cluster"`, `cluster=~".*"`, `job="$job"`, `job="`+DefaultJob+`"`, `namespace=~"$namespace"`, `namespace=~".*"`, "$__rate_interval", "2m")
 	for where, exprs := range dashboardExprs(t) {
 		for _, e := range exprs {
 			n, err := query(grafana.Replace(e))

@@ -166,8 +166,19 @@ func dryRunCreate(ctx context.Context, cl Clients, cfg Config, o *Observation) e
 func readThroughServedVersions(ctx context.Context, c client.Client, live *apiextensionsv1.CustomResourceDefinition) error {
 	counts := map[string]int{}
 	snapshot := ""
+	served := 0
 	for _, v := range live.Spec.Versions {
-		if !v.Served {
+		if v.Served {
+			served++
+		}
+	}
+	for _, v := range live.Spec.Versions {
+		// With every object stored in the storage version, reading through it converts
+		// nothing, so it proves nothing the other versions' reads do not; and before the
+		// storage flip that version is the one being retired, where such a read would count
+		// as a client of the deprecated version for an hour (WidgetDeprecatedVersionInUse
+		// and the unserve preflight's traffic check).
+		if !v.Served || (served > 1 && v.Storage && slices.Equal(live.Status.StoredVersions, []string{v.Name})) {
 			continue
 		}
 		rv, err := metalist.EachObjectAt(ctx, c, live.Spec.Group+"/"+v.Name, live.Spec.Names.ListKind, snapshot, func(*unstructured.Unstructured) error {

@@ -11,17 +11,29 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path"
 	"reflect"
+	"strings"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/client-go/rest"
 )
 
 // ProbeOptions tune the conversion probe.
 type ProbeOptions struct {
-	// URL overrides where the probe connects (e.g. a kubectl port-forward from a laptop); the
-	// certificate is still verified against the CRD's caBundle, for the Service's DNS name.
+	// URL overrides where the probe connects (the chart's hooks name the Service, which they
+	// reach from inside the cluster); the certificate is verified against the CRD's caBundle,
+	// for the Service's DNS name.
 	URL string
+	// APIServer, when set and URL is not, sends the probe through the apiserver's service
+	// proxy (POST .../services/https:NAME:PORT/proxy/PATH) with these credentials, so that
+	// on call needs neither cluster DNS nor a port-forward, only a kubeconfig allowed to
+	// create services/proxy. The apiserver's proxy does not verify the webhook's certificate;
+	// the replicas themselves are not Ready while their certificate does not verify against
+	// the caBundles (the certificate-trust readiness check), and the dry-run checks go through
+	// the apiserver's own webhook client.
+	APIServer *rest.Config
 	// Timeout bounds each request (default 10s).
 	Timeout time.Duration
 }
@@ -48,11 +60,19 @@ func ProbeConversion(ctx context.Context, live *apiextensionsv1.CustomResourceDe
 	if err != nil {
 		return err
 	}
-	if opts.URL != "" {
-		target = opts.URL
-	}
 	if opts.Timeout == 0 {
 		opts.Timeout = 10 * time.Second
+	}
+	if opts.URL == "" && opts.APIServer != nil && cc.Service != nil {
+		httpClient, proxyURL, err := serviceProxy(opts.APIServer, cc.Service, opts.Timeout)
+		if err != nil {
+			return err
+		}
+		defer httpClient.CloseIdleConnections()
+		return probeRoundTrips(ctx, httpClient, proxyURL, live.Spec.Group, live.Spec.Names.Kind, cfg)
+	}
+	if opts.URL != "" {
+		target = opts.URL
 	}
 	httpClient := &http.Client{Timeout: opts.Timeout, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12}}}
@@ -148,6 +168,34 @@ func webhookTarget(cc *apiextensionsv1.WebhookClientConfig) (string, string, err
 	return fmt.Sprintf("https://%s:%d%s", host, port, path), host, nil
 }
 
+// serviceProxy is a client with rc's credentials and the URL of the webhook Service's path
+// through the apiserver's service proxy.
+func serviceProxy(rc *rest.Config, s *apiextensionsv1.ServiceReference, timeout time.Duration) (*http.Client, string, error) {
+	rc = rest.CopyConfig(rc)
+	rc.Timeout = timeout
+	hc, err := rest.HTTPClientFor(rc)
+	if err != nil {
+		return nil, "", fmt.Errorf("build a client for the apiserver's service proxy: %w", err)
+	}
+	port := int32(443)
+	if s.Port != nil {
+		port = *s.Port
+	}
+	u, err := url.Parse(rc.Host)
+	if err != nil || u.Host == "" {
+		u, err = url.Parse("https://" + rc.Host)
+		if err != nil {
+			return nil, "", fmt.Errorf("apiserver address %q: %w", rc.Host, err)
+		}
+	}
+	// A Host with a path (a proxy in front of the apiserver) keeps it.
+	u.Path = strings.TrimSuffix(u.Path, "/") + path.Join("/api/v1/namespaces", s.Namespace, "services", fmt.Sprintf("https:%s:%d", s.Name, port), "proxy")
+	if s.Path != nil {
+		u.Path += *s.Path
+	}
+	return hc, u.String(), nil
+}
+
 func normalize(obj map[string]any) (map[string]any, error) {
 	b, err := json.Marshal(obj)
 	if err != nil {
@@ -173,7 +221,7 @@ func convertOnce(ctx context.Context, c *http.Client, target, desired string, ob
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("no answer (%w); is the webhook Service ready and does its certificate verify against the CRD's caBundle?", err)
+		return nil, fmt.Errorf("no answer (%w); is the webhook Service ready and does its certificate verify against the CRD's caBundle? (widgetctl status shows both)", err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

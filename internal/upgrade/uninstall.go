@@ -40,6 +40,6 @@ func CheckUninstall(live *apiextensionsv1.CustomResourceDefinition) error {
 			live.Name, strings.Join(served, " and "), storage),
 		Next: "nothing in the cluster changed, but Helm now marks the release uninstalling: helm rollback <release> <its current revision> (helm history lists it) marks it deployed again; " +
 			"then finish the walk to unserve (runbooks/upgrade/unserve.md) or roll back to initial (runbooks/upgrade/add-version.md#rollback), and uninstall; " +
-			"or accept the outage: helm upgrade --reuse-values --set apiUpgrade.allowUnsafeUninstall=true, then helm uninstall (runbooks/upgrade/README.md#uninstall-at-a-stage)",
+			"or accept the outage: helm upgrade --reset-then-reuse-values --set apiUpgrade.allowUnsafeUninstall=true, then helm uninstall (runbooks/upgrade/README.md#uninstall-at-a-stage)",
 	}
 }

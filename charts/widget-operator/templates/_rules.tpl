@@ -69,6 +69,34 @@ groups:
           description: 'No replica of job {{ .Values.monitoring.job }} is up with a valid serving certificate. The conversion webhook has no failurePolicy: Widgets cannot be read or written through a converted version, garbage collection of Widgets stalls and namespaces holding Widgets hang in Terminating.'
           runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetWebhookDown.md
           summary: No widget-operator replica can serve the webhooks.
+      - alert: WidgetAdmissionWebhookErrors
+        expr: |-
+          sum by (name, type) (
+              rate(apiserver_admission_webhook_rejection_count{name=~"mutate\\.widgets\\.widgetry\\.io|validate\\.widgets\\.widgetry\\.io",error_type=~"calling_webhook_error|apiserver_internal_error"}[5m])
+            or
+              rate(apiserver_admission_webhook_rejection_count{name=~"mutate\\.widgets\\.widgetry\\.io|validate\\.widgets\\.widgetry\\.io",rejection_code=~"5.."}[5m])
+          )
+            /
+          sum by (name, type) (rate(apiserver_admission_webhook_request_total{name=~"mutate\\.widgets\\.widgetry\\.io|validate\\.widgets\\.widgetry\\.io"}[5m]))
+            > 0.05
+        for: 10m
+        labels:
+          severity: critical
+        annotations:
+          description: '{{ "{{" }} $value | humanizePercentage {{ "}}" }} of the apiserver''s calls to admission webhook {{ "{{" }} $labels.name {{ "}}" }} ({{ "{{" }} $labels.type {{ "}}" }}) failed in the last 5 minutes: unreachable, TLS trust, timeout, or answered with a server error. The webhook''s failurePolicy is Fail, so those Widget writes were refused.'
+          runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetAdmissionWebhookErrors.md
+          summary: The apiserver's calls to a Widget admission webhook fail.
+      - alert: WidgetAdmissionWebhookSlow
+        expr: |-
+          histogram_quantile(0.99, sum by (name, type, le) (rate(apiserver_admission_webhook_admission_duration_seconds_bucket{name=~"mutate\\.widgets\\.widgetry\\.io|validate\\.widgets\\.widgetry\\.io"}[5m])))
+            > 1
+        for: 15m
+        labels:
+          severity: warning
+        annotations:
+          description: The 99th percentile of the apiserver's calls to admission webhook {{ "{{" }} $labels.name {{ "}}" }} ({{ "{{" }} $labels.type {{ "}}" }}) is {{ "{{" }} $value | humanizeDuration {{ "}}" }} (network, TLS and handler time); Widget writes wait that long, and fail once it reaches the webhook's timeoutSeconds.
+          runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetAdmissionWebhookSlow.md
+          summary: The apiserver waits long for a Widget admission webhook.
   - name: widget-operator.manager
     rules:
       - alert: WidgetOperatorNoLeader
@@ -112,26 +140,117 @@ groups:
           description: '{{ "{{" }} $value | humanizePercentage {{ "}}" }} of reconciles of controller {{ "{{" }} $labels.controller {{ "}}" }} in job {{ "{{" }} $labels.job {{ "}}" }} (namespace {{ "{{" }} $labels.namespace {{ "}}" }}) ended in an error over the last 5 minutes.'
           runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetReconcileErrors.md
           summary: Widget reconciles fail.
-  - name: widget-operator.certificates
-    rules:
-      - alert: WidgetWebhookCertificateExpiresSoon
-        expr: widget_webhook_certificate_expiry_timestamp_seconds{job="{{ .Values.monitoring.job }}"} - time() < 7 * 86400
-        for: 1h
+      - alert: WidgetOperatorPanics
+        expr: |-
+          sum by (namespace, job, instance, component) (
+              label_replace(increase(controller_runtime_reconcile_panics_total{job="{{ .Values.monitoring.job }}"}[10m]), "component", "reconcile", "", "")
+            or
+              label_replace(increase(controller_runtime_webhook_panics_total{job="{{ .Values.monitoring.job }}"}[10m]), "component", "admission webhook", "", "")
+            or
+              label_replace(increase(widget_conversion_panics_total{job="{{ .Values.monitoring.job }}"}[10m]), "component", "conversion webhook", "", "")
+          ) > 0
         labels:
           severity: warning
         annotations:
-          description: The serving certificate loaded by {{ "{{" }} $labels.instance {{ "}}" }} (job {{ "{{" }} $labels.job {{ "}}" }}, namespace {{ "{{" }} $labels.namespace {{ "}}" }}) expires in {{ "{{" }} $value | humanizeDuration {{ "}}" }}. cert-manager renews a third of the lifetime before expiry, so renewal or the reload has failed.
-          runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetWebhookCertificateExpiresSoon.md
-          summary: The webhook serving certificate expires within 7 days.
+          description: 'Replica {{ "{{" }} $labels.instance {{ "}}" }} (job {{ "{{" }} $labels.job {{ "}}" }}, namespace {{ "{{" }} $labels.namespace {{ "}}" }}) recovered from {{ "{{" }} $value | humanize {{ "}}" }} panics in the {{ "{{" }} $labels.component {{ "}}" }} in the last 10 minutes. Each failed what it was doing (a reconcile, retried with backoff; an admission review, a refused Widget write; a conversion review, a failed read) and the process went on. A panic is a bug: the stack trace is in that replica''s log.'
+          runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetOperatorPanics.md
+          summary: widget-operator recovered from panics.
+      - alert: WidgetWorkQueueStuck
+        expr: max by (namespace, job, instance) (workqueue_longest_running_processor_seconds{job="{{ .Values.monitoring.job }}",name="widget"}) > 300
+        for: 5m
+        labels:
+          severity: warning
+          symptom: long-running
+        annotations:
+          description: The longest running reconcile of the widget controller on replica {{ "{{" }} $labels.instance {{ "}}" }} (job {{ "{{" }} $labels.job {{ "}}" }}, namespace {{ "{{" }} $labels.namespace {{ "}}" }}) has run for {{ "{{" }} $value | humanizeDuration {{ "}}" }}. Its worker is stuck; with every worker stuck no Widget is reconciled and deletions wait on the catalog finalizer.
+          runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetWorkQueueStuck.md
+          summary: A Widget reconcile has been running for minutes.
+      - alert: WidgetWorkQueueStuck
+        expr: |-
+          max by (namespace, job, instance) (workqueue_depth{job="{{ .Values.monitoring.job }}",name="widget"}) > 0
+            unless on (namespace, job, instance)
+          sum by (namespace, job, instance) (increase(controller_runtime_reconcile_total{job="{{ .Values.monitoring.job }}",controller="widget"}[15m])) > 0
+        for: 15m
+        labels:
+          severity: warning
+          symptom: not-draining
+        annotations:
+          description: '{{ "{{" }} $value {{ "}}" }} Widgets wait in the widget controller''s queue on replica {{ "{{" }} $labels.instance {{ "}}" }} (job {{ "{{" }} $labels.job {{ "}}" }}, namespace {{ "{{" }} $labels.namespace {{ "}}" }}) and no reconcile finished there in 15 minutes. No Widget gets its Deployment, Service, finalizer or status updated.'
+          runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetWorkQueueStuck.md
+          summary: The Widget work queue does not drain.
+      - alert: WidgetAPIClientErrors
+        expr: |-
+          label_replace(
+            sum by (namespace, job, instance, process) (rate(rest_client_requests_total{job="{{ .Values.monitoring.job }}",code=~"5..|429|<error>"}[5m]))
+              /
+            sum by (namespace, job, instance, process) (rate(rest_client_requests_total{job="{{ .Values.monitoring.job }}"}[5m])),
+            "process", "manager", "process", ""
+          ) > 0.05
+        for: 15m
+        labels:
+          severity: warning
+        annotations:
+          description: '{{ "{{" }} $value | humanizePercentage {{ "}}" }} of the API requests of the {{ "{{" }} $labels.process {{ "}}" }} process on replica {{ "{{" }} $labels.instance {{ "}}" }} (job {{ "{{" }} $labels.job {{ "}}" }}, namespace {{ "{{" }} $labels.namespace {{ "}}" }}) failed with 5xx, 429 or no answer in the last 5 minutes. Reconciles, the CRD and migration metrics, the certificate trust checks and the CA bundle updates that depend on them fail and are retried.'
+          runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetAPIClientErrors.md
+          summary: widget-operator's requests to the apiserver fail.
+  - name: widget-operator.certificates
+    rules:
+      - alert: WidgetWebhookCertificateNotReady
+        expr: max by (namespace, name, condition) (label_replace(certmanager_certificate_ready_status{name="{{ include "widget-operator.servingCertificateName" . }}",condition=~"False|Unknown"}, "namespace", "$1", "exported_namespace", "(.+)")) == 1
+        for: 15m
+        labels:
+          severity: warning
+        annotations:
+          description: cert-manager has reported the Certificate {{ "{{" }} $labels.name {{ "}}" }} Ready={{ "{{" }} $labels.condition {{ "}}" }} for 15 minutes. A replica starting now gets no serving certificate (and is not ready); running replicas keep theirs until it expires.
+          runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetWebhookCertificateNotReady.md
+          summary: The webhooks' cert-manager Certificate is not Ready.
+      - alert: WidgetWebhookCertificateRenewalOverdue
+        expr: time() - max by (namespace, name) (label_replace(certmanager_certificate_renewal_timestamp_seconds{name="{{ include "widget-operator.servingCertificateName" . }}"} > 0, "namespace", "$1", "exported_namespace", "(.+)")) > 3600
+        for: 15m
+        labels:
+          severity: warning
+        annotations:
+          description: The Certificate {{ "{{" }} $labels.name {{ "}}" }} was due for renewal {{ "{{" }} $value | humanizeDuration {{ "}}" }} ago and has not been renewed. Nothing fails until it expires; WidgetWebhookCertificateExpiresSoon fires before that.
+          runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetWebhookCertificateRenewalOverdue.md
+          summary: cert-manager has not renewed the webhooks' serving certificate.
+      - alert: WidgetWebhookCertificateStale
+        expr: |-
+          max by (namespace, job, instance) (widget_webhook_certificate_expiry_timestamp_seconds{job="{{ .Values.monitoring.job }}"})
+            < on (namespace) group_left ()
+          max by (namespace) (label_replace(certmanager_certificate_expiration_timestamp_seconds{name="{{ include "widget-operator.servingCertificateName" . }}"}, "namespace", "$1", "exported_namespace", "(.+)"))
+            unless on (namespace, job, instance)
+          max by (namespace, job, instance) (widget_webhook_certificate_renewal_held{job="{{ .Values.monitoring.job }}"}) == 1
+        for: 15m
+        labels:
+          severity: warning
+        annotations:
+          description: 'Replica {{ "{{" }} $labels.instance {{ "}}" }} (job {{ "{{" }} $labels.job {{ "}}" }}, namespace {{ "{{" }} $labels.namespace {{ "}}" }}) still presents a serving certificate that expires {{ "{{" }} $value | humanizeTimestamp {{ "}}" }}, older than the one cert-manager has issued for the Certificate {{ include "widget-operator.servingCertificateName" . }}, for 15 minutes. It has not reloaded: when its certificate expires, it fails every webhook call it gets.'
+          runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetWebhookCertificateStale.md
+          summary: A replica serves an older webhook certificate than its Secret.
       - alert: WidgetWebhookCertificateExpiresSoon
-        expr: widget_webhook_certificate_expiry_timestamp_seconds{job="{{ .Values.monitoring.job }}"} - time() < 86400
-        for: 10m
+        expr: |-
+          widget_webhook_certificate_expiry_timestamp_seconds{job="{{ .Values.monitoring.job }}"} - time()
+            <
+          clamp_max(0.2 * (widget_webhook_certificate_expiry_timestamp_seconds{job="{{ .Values.monitoring.job }}"} - widget_webhook_certificate_not_before_timestamp_seconds{job="{{ .Values.monitoring.job }}"}), 7 * 86400)
+        for: 15m
+        labels:
+          severity: warning
+        annotations:
+          description: The serving certificate loaded by {{ "{{" }} $labels.instance {{ "}}" }} (job {{ "{{" }} $labels.job {{ "}}" }}, namespace {{ "{{" }} $labels.namespace {{ "}}" }}) expires in {{ "{{" }} $value | humanizeDuration {{ "}}" }}, with less than a fifth of its lifetime (at most 7 days) left. cert-manager renews with a third of the lifetime left by default, so renewal or the reload has failed.
+          runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetWebhookCertificateExpiresSoon.md
+          summary: The webhook serving certificate is near the end of its lifetime.
+      - alert: WidgetWebhookCertificateExpiresSoon
+        expr: |-
+          widget_webhook_certificate_expiry_timestamp_seconds{job="{{ .Values.monitoring.job }}"} - time()
+            <
+          clamp_max(0.1 * (widget_webhook_certificate_expiry_timestamp_seconds{job="{{ .Values.monitoring.job }}"} - widget_webhook_certificate_not_before_timestamp_seconds{job="{{ .Values.monitoring.job }}"}), 86400)
+        for: 5m
         labels:
           severity: critical
         annotations:
-          description: The serving certificate loaded by {{ "{{" }} $labels.instance {{ "}}" }} (job {{ "{{" }} $labels.job {{ "}}" }}, namespace {{ "{{" }} $labels.namespace {{ "}}" }}) expires in {{ "{{" }} $value | humanizeDuration {{ "}}" }}. When it does, the apiserver refuses the TLS handshake and every converted Widget request fails.
+          description: The serving certificate loaded by {{ "{{" }} $labels.instance {{ "}}" }} (job {{ "{{" }} $labels.job {{ "}}" }}, namespace {{ "{{" }} $labels.namespace {{ "}}" }}) expires in {{ "{{" }} $value | humanizeDuration {{ "}}" }}, with less than a tenth of its lifetime (at most a day) left. When it does, the apiserver refuses the TLS handshake and every converted Widget request and every Widget write fails.
           runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetWebhookCertificateExpiresSoon.md
-          summary: The webhook serving certificate expires within a day.
+          summary: The webhook serving certificate is about to expire.
       - alert: WidgetWebhookCertificateRenewalHeld
         expr: max by (namespace, job, instance) (widget_webhook_certificate_renewal_held{job="{{ .Values.monitoring.job }}"}) == 1
         for: 30m
@@ -177,14 +296,14 @@ groups:
           summary: A CRD keeps objects in more than one stored version.
       - alert: WidgetDeprecatedVersionInUse
         expr: |-
-          sum by (group, version, resource) (rate(apiserver_request_total{group="widgetry.io",version="v1alpha1",resource="widgets"}[1h])) > 0
+          sum by (group, version, resource) (rate(apiserver_request_total{group="widgetry.io",version="v1alpha1",resource="widgets",dry_run=""}[10m])) > 0
             and on (version)
           max by (version) (widget_crd_version_info{job="{{ .Values.monitoring.job }}",crd="widgets.widgetry.io",version="v1alpha1",served="true",storage="false"})
         for: 15m
         labels:
           severity: info
         annotations:
-          description: The apiserver served {{ "{{" }} $value | humanize {{ "}}" }} requests/s for {{ "{{" }} $labels.resource {{ "}}" }}.{{ "{{" }} $labels.group {{ "}}" }}/{{ "{{" }} $labels.version {{ "}}" }} over the last hour. These clients break at the unserve stage; find and move them to v1 first.
+          description: The apiserver served {{ "{{" }} $value | humanize {{ "}}" }} requests/s for {{ "{{" }} $labels.resource {{ "}}" }}.{{ "{{" }} $labels.group {{ "}}" }}/{{ "{{" }} $labels.version {{ "}}" }} over the last 10 minutes, for 15 minutes now. These clients break at the unserve stage; find and move them to v1 first.
           runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetDeprecatedVersionInUse.md
           summary: Clients still use the deprecated Widget version.
       - alert: WidgetCRDBreakGlass

@@ -17,6 +17,7 @@ func main() {
 	flag.StringVar(&cfg.Job, "job", cfg.Job, "Prometheus job label of the manager")
 	flag.StringVar(&cfg.RunbookBaseURL, "runbook-base-url", cfg.RunbookBaseURL, "base of every alert's runbook_url (<base>/alerts/<AlertName>.md)")
 	flag.IntVar(&cfg.ExpectedReplicas, "expected-replicas", cfg.ExpectedReplicas, "manager replicas WidgetOperatorDegraded expects")
+	flag.StringVar(&cfg.Certificate, "certificate", cfg.Certificate, "cert-manager Certificate of the webhooks' serving certificate (the chart's <fullname>-serving)")
 	helmRules := flag.String("helm-rules", "", "also write the rules as a Helm named template (widget-operator.rules) to this path under root; default "+monitoring.ChartRulesPath+" when the chart's templates directory exists, - for never")
 	flag.Parse()
 	if *helmRules == "" {
