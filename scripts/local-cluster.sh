@@ -296,6 +296,10 @@ inside() {
 	# and /var/log (pod logs, kept in $D/varlog): nothing lands on the host's.
 	mount -t tmpfs -o mode=755 tmpfs /run
 	mkdir -p /run/containerd /run/netns
+	# The kubelet's cAdvisor finds containerd at its default socket only; without it the
+	# kubelet's /metrics/cadvisor has no pod or container labels (the dashboards' CPU and
+	# memory panels select by them).
+	ln -s "$SOCK" /run/containerd/containerd.sock
 	mount -t tmpfs -o mode=755 tmpfs /var/lib
 	mkdir -p /var/lib/cni
 	mount --bind "$D/varlog" /var/log

@@ -191,13 +191,17 @@ func gatherBundles(ctx context.Context, o Options, live *apiextensionsv1.CustomR
 	var mutating admissionregistrationv1.MutatingWebhookConfigurationList
 	if err := o.Client.List(ctx, &mutating, sel); err == nil {
 		for _, m := range mutating.Items {
-			admission("MutatingWebhookConfiguration", m.Name, clientConfigs(m.Webhooks, func(w admissionregistrationv1.MutatingWebhook) admissionregistrationv1.WebhookClientConfig { return w.ClientConfig }))
+			admission("MutatingWebhookConfiguration", m.Name, clientConfigs(m.Webhooks, func(w admissionregistrationv1.MutatingWebhook) admissionregistrationv1.WebhookClientConfig {
+				return w.ClientConfig
+			}))
 		}
 	}
 	var validating admissionregistrationv1.ValidatingWebhookConfigurationList
 	if err := o.Client.List(ctx, &validating, sel); err == nil {
 		for _, v := range validating.Items {
-			admission("ValidatingWebhookConfiguration", v.Name, clientConfigs(v.Webhooks, func(w admissionregistrationv1.ValidatingWebhook) admissionregistrationv1.WebhookClientConfig { return w.ClientConfig }))
+			admission("ValidatingWebhookConfiguration", v.Name, clientConfigs(v.Webhooks, func(w admissionregistrationv1.ValidatingWebhook) admissionregistrationv1.WebhookClientConfig {
+				return w.ClientConfig
+			}))
 		}
 	}
 	seen := map[string]bool{}

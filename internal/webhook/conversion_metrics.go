@@ -69,6 +69,12 @@ func NewConversionMetrics(reg prometheus.Registerer) (*ConversionMetrics, error)
 			return nil, err
 		}
 	}
+	// Every reason starts at 0, so a rate over the failures shows 0 (not "no data") on a healthy
+	// replica, and the first failure's increase is seen from its first sample.
+	for _, reason := range []string{reasonMalformed, reasonUnsupportedVersion, reasonInvalidData, reasonConversionFailed,
+		reasonMethodNotAllowed, reasonMediaType, reasonBodyTooLarge, reasonPanic} {
+		m.failures.WithLabelValues(reason)
+	}
 	return m, nil
 }
 

@@ -18,8 +18,11 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// APIServerAddr is where the apiserver listens inside the namespace.
-const APIServerAddr = "10.200.0.2:6443"
+// Where the apiserver and the kubelet listen inside the namespace.
+const (
+	APIServerAddr = "10.200.0.2:6443"
+	KubeletAddr   = "10.200.0.2:10250"
+)
 
 // nobody is the unprivileged user on-call commands run as.
 const nobody = 65534
@@ -178,4 +181,39 @@ func copyExecutable(tb testing.TB, from, to string) {
 	if err := os.WriteFile(to, data, 0o755); err != nil {
 		tb.Fatalf("laptop: %v", err)
 	}
+}
+
+// CopyDir copies the directory tree from into Dir/name, readable by the laptop's user, and
+// returns its path (a chart, say, as on call's checkout of it).
+func (l *Laptop) CopyDir(tb testing.TB, from, name string) string {
+	tb.Helper()
+	to := filepath.Join(l.Dir, name)
+	err := filepath.WalkDir(from, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(from, path)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(to, rel)
+		if d.IsDir() {
+			if err := os.MkdirAll(dst, 0o755); err != nil {
+				return err
+			}
+			return os.Chown(dst, nobody, nobody)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(dst, data, 0o644); err != nil {
+			return err
+		}
+		return os.Chown(dst, nobody, nobody)
+	})
+	if err != nil {
+		tb.Fatalf("laptop: copy %s: %v", from, err)
+	}
+	return to
 }

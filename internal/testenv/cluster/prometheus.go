@@ -149,3 +149,22 @@ func (p *Prometheus) targets() string {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	return string(b)
 }
+
+// WaitForNone polls expr until it returns no sample; it fails the test after timeout.
+func (p *Prometheus) WaitForNone(tb testing.TB, expr string, timeout time.Duration) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for {
+		last, err := p.Query(ctx, expr)
+		if err == nil && len(last) == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			tb.Fatalf("prometheus: %q still gave %d samples after %s (last error: %v): %v", expr, len(last), timeout, err, last)
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}

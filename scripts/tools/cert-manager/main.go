@@ -20,6 +20,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -85,6 +86,7 @@ func main() {
 	fs := flag.NewFlagSet("cert-manager", flag.ExitOnError)
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster")
 	healthAddr := fs.String("health-addr", "127.0.0.1:9403", "address serving /healthz and /readyz")
+	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9402", "address serving the controllers' /metrics (certmanager_certificate_*), as cert-manager's controller does on :9402")
 	clusterNS := fs.String("cluster-resource-namespace", "cert-manager", "namespace holding ClusterIssuers' Secrets")
 	workers := fs.Int("workers", 2, "workers per controller")
 	minBackoff := fs.Duration("request-min-backoff", 5*time.Second, "minimum backoff after a failed CertificateRequest")
@@ -111,13 +113,13 @@ func main() {
 	ctx = logf.NewContext(ctx, log)
 	ctrl.SetLogger(log)
 
-	if err := run(ctx, *kubeconfig, *healthAddr, *clusterNS, *workers, *minBackoff, *maxBackoff); err != nil {
+	if err := run(ctx, *kubeconfig, *healthAddr, *metricsAddr, *clusterNS, *workers, *minBackoff, *maxBackoff); err != nil {
 		log.Error(err, "exiting")
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, kubeconfig, healthAddr, clusterNS string, workers int, minBackoff, maxBackoff time.Duration) error {
+func run(ctx context.Context, kubeconfig, healthAddr, metricsAddr, clusterNS string, workers int, minBackoff, maxBackoff time.Duration) error {
 	log := logf.FromContext(ctx)
 	var ready atomic.Bool
 	srv := healthServer(healthAddr, &ready)
@@ -168,6 +170,21 @@ func run(ctx context.Context, kubeconfig, healthAddr, clusterNS string, workers 
 	if err != nil {
 		return fmt.Errorf("building the shared controller context: %w", err)
 	}
+	// The Certificate collector (certmanager_certificate_ready_status, _expiration_ and
+	// _renewal_timestamp_seconds) reads the shared informer's lister, as in cert-manager's
+	// controller, so it is set up before the informers start.
+	shared.Metrics.SetupCertificateCollector(shared.SharedInformerFactory.Certmanager().V1().Certificates().Lister())
+	metricsLn, err := net.Listen("tcp", metricsAddr)
+	if err != nil {
+		return fmt.Errorf("metrics listener on %s: %w", metricsAddr, err)
+	}
+	metricsSrv := shared.Metrics.NewServer(metricsLn)
+	go func() {
+		if err := metricsSrv.Serve(metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(err, "metrics server failed", "addr", metricsAddr)
+		}
+	}()
+	defer metricsSrv.Close()
 	shared.KubeSharedInformerFactory.Start(ctx.Done())
 	shared.SharedInformerFactory.Start(ctx.Done())
 	shared.HTTP01ResourceMetadataInformersFactory.Start(ctx.Done())
