@@ -203,12 +203,8 @@ func withDefaults(o Options) Options {
 
 // waiter is the state of one Wait.
 type waiter struct {
-	c    client.Reader
-	http *http.Client
-	// through reaches the apiserver the way the kubeconfig does (its address, proxy and
-	// credentials), at throughBase; see ask.
-	through        *http.Client
-	throughBase    string
+	c              client.Reader
+	http           *http.Client
 	log            logr.Logger
 	path, resource string
 	versions       map[string]string // hash -> CRD version, to name what a lagging instance writes
@@ -256,15 +252,6 @@ func newWaiter(ctx context.Context, c client.Reader, cfg *rest.Config, crdName s
 	if w.http, err = apiservers.HTTPClient(cfg, opts.ServerName, opts.RequestTimeout); err != nil {
 		return nil, err
 	}
-	through := rest.CopyConfig(cfg)
-	through.Timeout = opts.RequestTimeout
-	if w.through, err = rest.HTTPClientFor(through); err != nil {
-		return nil, err
-	}
-	w.throughBase = strings.TrimSuffix(cfg.Host, "/")
-	if !strings.Contains(w.throughBase, "://") {
-		w.throughBase = "https://" + w.throughBase
-	}
 	return w, nil
 }
 
@@ -300,23 +287,15 @@ func (w *waiter) poll(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// ask reads one instance's discovery document of the CRD's group-version. An instance is
-// dialled at its address, except when Service default/kubernetes lists only it: then every
-// request through the kubeconfig reaches that one instance, so it is asked that way, and
-// widgetctl needs no route to the address the apiserver registered (on call's laptop reaches
-// a cluster through its API endpoint only).
+// ask reads one instance's discovery document of the CRD's group-version.
 func (w *waiter) ask(ctx context.Context, in *Instance) {
-	url, hc := "https://"+in.Address+w.path, w.http
-	if w.res.FromEndpoints && len(w.instances) == 1 && w.through != nil {
-		url, hc = w.throughBase+w.path, w.through
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+in.Address+w.path, nil)
 	if err != nil {
 		in.Problem = err.Error()
 		return
 	}
 	req.Header.Set("Accept", "application/json")
-	resp, err := hc.Do(req)
+	resp, err := w.http.Do(req)
 	if err != nil {
 		if ctx.Err() == nil { // at the deadline, keep what the instance said last
 			in.Problem = "no answer: " + err.Error()
