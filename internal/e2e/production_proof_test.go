@@ -609,10 +609,6 @@ func startMonitoring(t *testing.T, c *cluster.Cluster, namespace string, extra .
 %s`, monitoring.DefaultJob, token, c.Kubeconfig, namespace, admin, cluster.APIServerAddr, admin, cluster.KubeletAddr, strings.Join(extra, "\n")))
 }
 
-// quietWhenHealthy are the dashboard queries that return nothing on a healthy release, with
-// why; every other query must return data during the proof's load.
-var quietWhenHealthy = map[string]string{}
-
 // checkMonitoring: Prometheus scrapes the manager pods (authenticated), the apiserver, the
 // kubelet and cert-manager; during the proof's load the key series are there and every
 // dashboard query of every panel evaluates and returns data.
@@ -645,11 +641,11 @@ func checkMonitoring(t *testing.T, p *cluster.Prometheus) {
 			switch {
 			case err != nil:
 				t.Errorf("%s: %v\n%s", where, err, e)
-			case len(samples) == 0 && quietWhenHealthy[e] == "":
+			case len(samples) == 0:
 				empty++
 				t.Errorf("%s: no data during the load:\n%s", where, e)
 			}
 		}
 	}
-	t.Logf("dashboards: %d queries evaluated during the load, %d without data (%d quiet when healthy by design)", queries, empty, len(quietWhenHealthy))
+	t.Logf("dashboards: %d queries evaluated during the load, %d without data", queries, empty)
 }

@@ -2,6 +2,7 @@ package releasestatus
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
@@ -306,9 +307,18 @@ func judgeServed(s *certtrust.Served, judges []certtrust.Judge, serving *Cert, n
 	}
 	leaf := chain[0]
 	out := &ServedCert{Serial: serial(leaf), NotAfter: leaf.NotAfter, Issuer: leaf.Issuer.String()}
-	for _, j := range judges {
-		if err := verify(chain, j, now); err != nil {
-			out.Untrusted = append(out.Untrusted, j.Source+": "+err.Error())
+	// The same judgement as the replica's own certificate-trust readiness check.
+	served := &tls.Certificate{Leaf: leaf}
+	for _, c := range chain {
+		served.Certificate = append(served.Certificate, c.Raw)
+	}
+	verdicts, err := certtrust.Verify(served, judges, now)
+	if err != nil {
+		return &ServedCert{Untrusted: []string{err.Error()}}
+	}
+	for _, v := range verdicts {
+		if v.Err != nil {
+			out.Untrusted = append(out.Untrusted, v.Err.Error())
 		}
 	}
 	if serving != nil && serving.NotAfter != nil && leaf.NotAfter.Before(serving.NotAfter.Add(-time.Second)) {
@@ -318,23 +328,6 @@ func judgeServed(s *certtrust.Served, judges []certtrust.Judge, serving *Cert, n
 		out.HeldRenewal = serial(held[0])
 	}
 	return out
-}
-
-func verify(chain []*x509.Certificate, j certtrust.Judge, now time.Time) error {
-	roots, err := cabundle.Parse(j.CABundle)
-	if err != nil || len(roots) == 0 {
-		return fmt.Errorf("the caBundle is empty or unreadable")
-	}
-	pool := x509.NewCertPool()
-	for _, c := range roots {
-		pool.AddCert(c)
-	}
-	inter := x509.NewCertPool()
-	for _, c := range chain[1:] {
-		inter.AddCert(c)
-	}
-	_, err = chain[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, DNSName: j.ServerName, CurrentTime: now})
-	return err
 }
 
 func serial(c *x509.Certificate) string {
