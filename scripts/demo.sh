@@ -162,13 +162,23 @@ cat >"$extra" <<YAML
   - {source_labels: [__meta_kubernetes_pod_name], target_label: pod}
 YAML
 "$cluster" prometheus "$extra" >/dev/null
-query() { "$cluster" exec promtool query instant http://127.0.0.1:9090 "$1" 2>/dev/null | sed 's/^/     /'; }
-scraped=0
+# promtool (Debian's prometheus package, which scripts/prereqs.sh demo installs) asks the API.
+command -v promtool >/dev/null || { echo "demo: promtool is not on PATH, so Prometheus cannot be queried: run scripts/prereqs.sh demo (as root it installs the Debian package prometheus)" >&2; exit 1; }
+query() { "$cluster" exec promtool query instant http://127.0.0.1:9090 "$1" 2>&1 | sed 's/^/     /'; }
+# Wait for both manager pods to be scraped; on failure say what the last query answered
+# (an error, no series, or how many pods), not a guess.
+scraped=0 last=""
 for _ in $(seq 60); do
-	if [[ $(query 'count(widget_build_info{job="widget-operator"})' | grep -o '=> [0-9]*') == "=> 2" ]]; then scraped=1; break; fi
+	last=$(query 'count(widget_build_info{job="widget-operator"})' || true)
+	if [[ $(grep -o '=> [0-9]*' <<<"$last") == "=> 2" ]]; then scraped=1; break; fi
 	sleep 2
 done
-[[ $scraped == 1 ]] || { echo "Prometheus did not scrape both manager pods within 2 minutes" >&2; exit 1; }
+if [[ $scraped != 1 ]]; then
+	echo "demo: after 2 minutes Prometheus (127.0.0.1:9090) does not report 2 scraped manager pods; its last answer to count(widget_build_info{job=\"widget-operator\"}) was:" >&2
+	echo "${last:-     (empty: no series, so no manager pod scraped yet)}" >&2
+	echo "     its targets: $("$cluster" exec promtool query instant http://127.0.0.1:9090 'up' 2>&1 | head -5)" >&2
+	exit 1
+fi
 say "conversions answered per version pair (widget_conversion_objects_total):"
 query 'sum by (from_version, to_version) (widget_conversion_objects_total)'
 say "objects the migration rewrote (widget_migration_objects_total):"

@@ -9,7 +9,7 @@
 #   envtest  + the Debian tools the envtest tier runs (promtool, yamllint)
 #   e2e      + root, the node's packages (containerd, runc, CNI plugins, iptables, ...), and
 #              the right to create network namespaces
-#   demo     what e2e needs
+#   demo     + root and what the demo runs: the node's packages and promtool (its queries)
 #   lint     + shellcheck
 #   all      everything (make test)
 #
@@ -35,11 +35,11 @@ for tier in "$@"; do
 	unit) ;;
 	envtest | lint) want[$tier]=1 ;;
 	e2e | demo)
-		want[e2e]=1
+		want[$tier]=1
 		needs_root=1
 		;;
 	all)
-		want[envtest]=1 want[lint]=1 want[e2e]=1
+		want[envtest]=1 want[lint]=1 want[e2e]=1 want[demo]=1
 		needs_root=1
 		;;
 	*) die "unknown tier '$tier' (want: unit, envtest, e2e, demo, lint or all)" ;;
@@ -52,12 +52,22 @@ present() {
 	if [[ $1 == /* ]]; then [[ -e $1 ]]; else command -v "$1" >/dev/null 2>&1; fi
 }
 
+# wanted VERBS: whether one of the comma-separated verbs is wanted.
+wanted() {
+	local v verbs
+	IFS=, read -ra verbs <<<"$1"
+	for v in "${verbs[@]}"; do
+		[[ -n ${want[$v]:-} ]] && return 0
+	done
+	return 1
+}
+
 # missing_packages: the packages of the wanted tiers of which something is not there.
 missing_packages() {
 	local pkg checks tiers check
 	while read -r pkg checks tiers; do
 		[[ -z $pkg || $pkg == \#* ]] && continue
-		[[ -n ${want[$tiers]:-} ]] || continue
+		wanted "$tiers" || continue
 		IFS=, read -ra checks <<<"$checks"
 		for check in "${checks[@]}"; do
 			if ! present "$check"; then
@@ -104,7 +114,7 @@ if ((${#missing[@]} > 0)); then
 	say "installed ${missing[*]}"
 fi
 
-if [[ -n ${want[e2e]:-} ]]; then
+if [[ -n ${want[e2e]:-}${want[demo]:-} ]]; then
 	# A container without CAP_SYS_ADMIN is root but still cannot make the node's namespace.
 	unshare --net true 2>/dev/null ||
 		die "$verb needs to create network namespaces (unshare --net failed): run it on a VM or a privileged container"
@@ -112,7 +122,7 @@ if [[ -n ${want[e2e]:-} ]]; then
 fi
 
 # Room for the toolchain build (Go's build cache and bin/), unless it was built already.
-if [[ ! -x $root/bin/kube-apiserver && ${want[envtest]:-}${want[e2e]:-} != "" ]]; then
+if [[ ! -x $root/bin/kube-apiserver && ${want[envtest]:-}${want[e2e]:-}${want[demo]:-} != "" ]]; then
 	cache=$(go env GOCACHE)
 	mkdir -p "$cache"
 	free_kb=$(df -Pk "$cache" | awk 'NR==2{print $4}')
