@@ -115,7 +115,8 @@ BENCH_FILTER := grep -E '^(Benchmark|ok|FAIL|---)'
 
 .PHONY: bench
 bench: tools ## Benchmarks, benchstat-friendly, with ratios and targets (long: 10,000-Widget envtest runs); see README "Benchmarks".
-	go test -run '^$$' -bench . -benchmem -cpu $(BENCH_CPUS) -count 6 ./internal/webhook/ | tee $(BIN)/bench.txt
+	mkdir -p $(BIN)/reports
+	go test -run '^$$' -bench . -benchmem -cpu $(BENCH_CPUS) -count 6 ./internal/webhook/ | tee $(BIN)/bench.txt $(BIN)/reports/bench-conversion.txt
 	scripts/bench-ratios.sh $(BIN)/bench.txt
 	go test -tags envtest -run '^$$' -bench BenchmarkListThroughConversion -benchtime 3x -count 6 -timeout 60m ./internal/webhook/ | tee $(BIN)/bench-list.txt | $(BENCH_FILTER)
 	scripts/bench-ratios.sh $(BIN)/bench-list.txt
@@ -123,6 +124,10 @@ bench: tools ## Benchmarks, benchstat-friendly, with ratios and targets (long: 1
 	scripts/bench-ratios.sh $(BIN)/bench-manager.txt
 	go test -tags envtest -run '^$$' -bench BenchmarkReencode -benchtime 1x -count 3 -timeout 120m ./internal/migrate/ | tee $(BIN)/bench-migrate.txt | $(BENCH_FILTER)
 	scripts/migrate-bench-ratios.sh $(BIN)/bench-migrate.txt
+
+.PHONY: reports
+reports: ## Publish the last runs' reports (bin/reports) into internal/reports/data and render the READMEs' generated blocks from them.
+	go run ./internal/reports/gen
 
 .PHONY: verify
 verify: generate ## Fail if generated files or go mod tidy would change the tree.

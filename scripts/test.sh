@@ -57,6 +57,13 @@ if [[ -n ${SKIP_TIERS:-} ]]; then
 	printf '\n   !!! NOT EVERY TIER RAN: SKIP_TIERS="%s" left out what those tests prove. !!!\n' "$SKIP_TIERS"
 	printf '   !!! This run is not the proof CI asks for; run make test without SKIP_TIERS. !!!\n'
 fi
+# The run's wall times, for the README's generated block (make reports publishes them): only
+# a run where every tier ran and passed is a figure worth publishing.
+if ((!failed)) && [[ -z ${SKIP_TIERS:-} ]]; then
+	mkdir -p "$root/bin/reports"
+	printf '{"date": "%s", "machine": "%s cores, %s", "tiers": [{"name": "unit", "seconds": %d}, {"name": "envtest", "seconds": %d}, {"name": "e2e", "seconds": %d}]}\n' \
+		"$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(nproc)" "$(uname -sm)" "${took[unit]%s}" "${took[envtest]%s}" "${took[e2e]%s}" >"$root/bin/reports/make-test.json"
+fi
 if ((failed)); then
 	echo "make test: FAILED" >&2
 	exit 1

@@ -28,7 +28,7 @@ type Prometheus struct {
 }
 
 // StartPrometheus starts bin/prometheus next to the cluster (scripts/local-cluster.sh
-// prometheus), scraping every 2 s the pods annotated prometheus.io/scrape: "true" (port
+// prometheus), scraping every 5 s (timeout 5 s) the pods annotated prometheus.io/scrape: "true" (port
 // prometheus.io/port, path prometheus.io/path) found through kubernetes_sd_configs with the
 // cluster's kubeconfig, and any extra scrape_configs entries given as YAML list items. It goes
 // down with the cluster and logs to Dir/logs/prometheus.log. On a cluster where it already
@@ -131,7 +131,7 @@ func (p *Prometheus) WaitFor(tb testing.TB, expr string, n int, timeout time.Dur
 		}
 		select {
 		case <-ctx.Done():
-			tb.Fatalf("prometheus: %q gave %d samples (want ≥ %d) within %s; last error: %v; targets: %s",
+			tb.Fatalf("prometheus: %q gave %d samples (want ≥ %d) within %s; last error: %v; the targets' last scrapes: %s",
 				expr, len(last), n, timeout, lastErr, p.targets())
 			return nil
 		case <-time.After(time.Second):
@@ -139,15 +139,40 @@ func (p *Prometheus) WaitFor(tb testing.TB, expr string, n int, timeout time.Dur
 	}
 }
 
-// targets summarises the active targets' health, for failure messages.
+// targets summarises each active target's last scrape (job, instance, health, how long it
+// took, its error), for failure messages: what was measured, not a guess.
 func (p *Prometheus) targets() string {
 	resp, err := p.c.HTTPClient.Get(p.URL + "/api/v1/targets?state=active")
 	if err != nil {
 		return err.Error()
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	return string(b)
+	var r struct {
+		Data struct {
+			ActiveTargets []struct {
+				Labels             map[string]string
+				Health             string
+				LastError          string
+				LastScrapeDuration float64
+				ScrapeTimeout      string
+			}
+		}
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&r); err != nil {
+		return "targets: " + err.Error()
+	}
+	var lines []string
+	for _, tg := range r.Data.ActiveTargets {
+		line := fmt.Sprintf("%s %s(%s): %s in %.2fs (timeout %s)", tg.Labels["job"], tg.Labels["instance"], tg.Labels["pod"], tg.Health, tg.LastScrapeDuration, tg.ScrapeTimeout)
+		if tg.LastError != "" {
+			line += ": " + tg.LastError
+		}
+		lines = append(lines, line)
+	}
+	if len(lines) == 0 {
+		return "no active target (service discovery found nothing)"
+	}
+	return strings.Join(lines, "; ")
 }
 
 // WaitForNone polls expr until it returns no sample; it fails the test after timeout.

@@ -1,0 +1,163 @@
+package reports
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// ConversionBenchFile is the raw `go test -bench BenchmarkConvertReview` output the
+// conversion table is rendered from (make bench writes bin/bench.txt; make reports copies it).
+const ConversionBenchFile = "bench-conversion.txt"
+
+// benchLine is a benchmark result line: name, iterations, then value-unit pairs.
+var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-(\d+))?\s+\d+\s+(.*)$`)
+
+// BenchResult is the mean of every run of one benchmark at one -cpu setting.
+type BenchResult struct {
+	Name    string
+	CPU     int
+	Runs    int
+	Metrics map[string]float64 // unit → mean
+}
+
+// ParseBench reads `go test -bench` output and returns the mean of each benchmark per -cpu
+// setting, in the order first seen. A name without a -N suffix ran at -cpu 1.
+func ParseBench(r io.Reader) ([]BenchResult, error) {
+	var order []string
+	sums := map[string]*BenchResult{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		m := benchLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		cpu := 1
+		if m[2] != "" {
+			cpu, _ = strconv.Atoi(m[2])
+		}
+		key := fmt.Sprintf("%s@%d", m[1], cpu)
+		res, ok := sums[key]
+		if !ok {
+			res = &BenchResult{Name: m[1], CPU: cpu, Metrics: map[string]float64{}}
+			sums[key] = res
+			order = append(order, key)
+		}
+		f := strings.Fields(m[3])
+		if len(f)%2 != 0 {
+			return nil, fmt.Errorf("benchmark line %q: values and units do not pair", sc.Text())
+		}
+		for i := 0; i < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				return nil, fmt.Errorf("benchmark line %q: %w", sc.Text(), err)
+			}
+			res.Metrics[f[i+1]] += v
+		}
+		res.Runs++
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]BenchResult, 0, len(order))
+	for _, k := range order {
+		res := sums[k]
+		for u := range res.Metrics {
+			res.Metrics[u] /= float64(res.Runs)
+		}
+		out = append(out, *res)
+	}
+	return out, nil
+}
+
+// ReadBench parses a committed benchmark output file.
+func ReadBench(path string) ([]BenchResult, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	res, err := ParseBench(f)
+	if err == nil && len(res) == 0 {
+		err = fmt.Errorf("%s: no benchmark results", path)
+	}
+	return res, err
+}
+
+// ConversionTable renders BenchmarkConvertReview's results as the README's table: per
+// direction and -cpu, the three handlers' mean time, a/b, a/c, and this handler's allocation
+// and peak heap per byte of body, with each target met shown in bold.
+func ConversionTable(results []BenchResult) (string, error) {
+	type key struct {
+		dir string
+		cpu int
+	}
+	var rows []key
+	cells := map[key]map[string]BenchResult{}
+	runs := map[int]bool{}
+	for _, r := range results {
+		rest, ok := strings.CutPrefix(r.Name, "BenchmarkConvertReview/")
+		if !ok {
+			continue
+		}
+		dir, handler, ok := strings.Cut(rest, "/handler=")
+		if !ok {
+			return "", fmt.Errorf("%s: no handler= part", r.Name)
+		}
+		k := key{dir, r.CPU}
+		if cells[k] == nil {
+			cells[k] = map[string]BenchResult{}
+			rows = append(rows, k)
+		}
+		cells[k][handler] = r
+		runs[r.Runs] = true
+	}
+	if len(rows) == 0 {
+		return "", fmt.Errorf("no BenchmarkConvertReview results")
+	}
+	direction := map[string]string{"to=v1": "v1alpha1 → v1", "to=v1alpha1": "v1 → v1alpha1"}
+	bold := func(ok bool, s string) string {
+		if ok {
+			return "**" + s + "**"
+		}
+		return s + " (missed)"
+	}
+	var b strings.Builder
+	b.WriteString("| direction, `-cpu` | (a) this handler | (b) controller-runtime | (c) encoding/json floor | a/b | a/c | (a) allocated / payload | (a) peak heap / body |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, k := range rows {
+		a, okA := cells[k]["widget"]
+		sb, okB := cells[k]["controller-runtime"]
+		c, okC := cells[k]["encoding-json-floor"]
+		if !okA || !okB || !okC {
+			return "", fmt.Errorf("%s at -cpu %d: a handler's results are missing", k.dir, k.cpu)
+		}
+		ab := a.Metrics["ns/op"] / sb.Metrics["ns/op"]
+		ac := a.Metrics["ns/op"] / c.Metrics["ns/op"]
+		abCell := fmt.Sprintf("%.2f", ab)
+		if k.cpu == 1 {
+			abCell = bold(ab <= 0.3, abCell)
+		}
+		fmt.Fprintf(&b, "| %s, %d | %.0f ms | %.0f ms | %.0f ms | %s | %s | %s | %s |\n", direction[k.dir], k.cpu,
+			a.Metrics["ns/op"]/1e6, sb.Metrics["ns/op"]/1e6, c.Metrics["ns/op"]/1e6, abCell,
+			bold(ac <= 2, fmt.Sprintf("%.2f", ac)),
+			bold(a.Metrics["alloc-B/payload-B"] <= 3, fmt.Sprintf("%.2f", a.Metrics["alloc-B/payload-B"])),
+			bold(a.Metrics["peak-heap/body"] <= PeakHeapPerBody, fmt.Sprintf("%.2f", a.Metrics["peak-heap/body"])))
+	}
+	var counts []string
+	for n := range runs {
+		counts = append(counts, strconv.Itoa(n))
+	}
+	fmt.Fprintf(&b, "\nMeans of %s runs each. Targets: a/b ≤ 0.3 at `-cpu 1`, a/c ≤ 2, allocated / payload ≤ 3, peak heap / body ≤ %.1f; bold where met.\n",
+		strings.Join(counts, ", "), PeakHeapPerBody)
+	return b.String(), nil
+}
+
+// PeakHeapPerBody is the conversion handler's claimed bound on its peak heap per byte of
+// body, the same one internal/webhook's memory test asserts.
+const PeakHeapPerBody = 2.5

@@ -1,0 +1,126 @@
+package reports
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// DataDir is where the committed reports live, relative to the repository root.
+const DataDir = "internal/reports/data"
+
+// READMEs are the files whose generated blocks are rendered from the committed reports.
+var READMEs = []string{"README.md", "charts/widget-operator/README.md"}
+
+// A block is a part of a README between
+//
+//	<!-- generated: NAME (make reports; edit the report, not this block) -->
+//	<!-- end generated: NAME -->
+//
+// whose text is rendered from a committed report.
+var blockRE = regexp.MustCompile(`(?s)(<!-- generated: ([a-z0-9-]+) [^>]*-->\n)(.*?)(<!-- end generated: ([a-z0-9-]+) -->)`)
+
+// renderers render each named block from the committed reports under root.
+var renderers = map[string]func(root string) (string, error){
+	"production-proof": func(root string) (string, error) {
+		p, err := ReadProof(filepath.Join(root, DataDir, ProofFile))
+		if err != nil {
+			return "", err
+		}
+		return "```text\n" + p.Text() + "```\n", nil
+	},
+	"make-test-times": func(root string) (string, error) {
+		tt, err := ReadTestTimes(filepath.Join(root, DataDir, TestTimesFile))
+		if err != nil {
+			return "", err
+		}
+		return tt.Text(), nil
+	},
+	"bench-conversion": func(root string) (string, error) {
+		res, err := ReadBench(filepath.Join(root, DataDir, ConversionBenchFile))
+		if err != nil {
+			return "", err
+		}
+		return ConversionTable(res)
+	},
+}
+
+// Render returns text with every generated block rendered anew from the committed reports.
+// A block naming no known report, or whose end names another, is an error.
+func Render(root, text string) (string, error) {
+	var errs []string
+	out := blockRE.ReplaceAllStringFunc(text, func(block string) string {
+		m := blockRE.FindStringSubmatch(block)
+		if m[2] != m[5] {
+			errs = append(errs, fmt.Sprintf("block %q ends as %q", m[2], m[5]))
+			return block
+		}
+		render, ok := renderers[m[2]]
+		if !ok {
+			errs = append(errs, fmt.Sprintf("block %q names no report (known: production-proof, bench-conversion, make-test-times)", m[2]))
+			return block
+		}
+		body, err := render(root)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("block %q: %v", m[2], err))
+			return block
+		}
+		return m[1] + body + m[4]
+	})
+	if len(errs) > 0 {
+		return "", fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return out, nil
+}
+
+// Blocks names the generated blocks of text, in order.
+func Blocks(text string) []string {
+	var names []string
+	for _, m := range blockRE.FindAllStringSubmatch(text, -1) {
+		names = append(names, m[2])
+	}
+	return names
+}
+
+// UpdateREADMEs rewrites every README's generated blocks from the committed reports.
+func UpdateREADMEs(root string) error {
+	for _, name := range READMEs {
+		path := filepath.Join(root, name)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		out, err := Render(root, string(b))
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if out != string(b) {
+			if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Collect copies into DataDir every report found in from (what the last test and benchmark
+// runs wrote), and returns the names it copied.
+func Collect(root, from string) ([]string, error) {
+	var copied []string
+	for _, name := range []string{ProofFile, strings.TrimSuffix(ProofFile, ".json") + ".txt", ConversionBenchFile, TestTimesFile} {
+		b, err := os.ReadFile(filepath.Join(from, name))
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return copied, err
+		}
+		if err := os.WriteFile(filepath.Join(root, DataDir, name), b, 0o644); err != nil {
+			return copied, err
+		}
+		copied = append(copied, name)
+	}
+	return copied, nil
+}

@@ -1,0 +1,50 @@
+package reports
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// TestTimesFile is the wall times of the last make test in which every tier ran and passed
+// (scripts/test.sh writes it).
+const TestTimesFile = "make-test.json"
+
+// TestTimes is what scripts/test.sh records.
+type TestTimes struct {
+	Date    string `json:"date"`
+	Machine string `json:"machine"`
+	Tiers   []struct {
+		Name    string `json:"name"`
+		Seconds int    `json:"seconds"`
+	} `json:"tiers"`
+}
+
+// ReadTestTimes reads a make-test.json.
+func ReadTestTimes(path string) (TestTimes, error) {
+	var tt TestTimes
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return tt, err
+	}
+	if err := json.Unmarshal(b, &tt); err != nil {
+		return tt, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(tt.Tiers) == 0 {
+		return tt, fmt.Errorf("%s: no tiers", path)
+	}
+	return tt, nil
+}
+
+// Text renders the wall times as a sentence.
+func (tt TestTimes) Text() string {
+	total := 0
+	var parts []string
+	for _, t := range tt.Tiers {
+		total += t.Seconds
+		parts = append(parts, fmt.Sprintf("%s %d s", t.Name, t.Seconds))
+	}
+	return fmt.Sprintf("Wall times of the last `make test` whose every tier passed (%s, %s): %d min %d s — %s.\n",
+		tt.Machine, tt.Date, total/60, total%60, strings.Join(parts, ", "))
+}
