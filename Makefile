@@ -118,7 +118,7 @@ bench: tools ## Benchmarks, benchstat-friendly, with ratios and targets (long: 1
 	mkdir -p $(BIN)/reports
 	go test -run '^$$' -bench . -benchmem -cpu $(BENCH_CPUS) -count 6 ./internal/webhook/ | tee $(BIN)/bench.txt $(BIN)/reports/bench-conversion.txt
 	scripts/bench-ratios.sh $(BIN)/bench.txt
-	go test -tags envtest -run '^$$' -bench BenchmarkListThroughConversion -benchtime 3x -count 6 -timeout 60m ./internal/webhook/ | tee $(BIN)/bench-list.txt | $(BENCH_FILTER)
+	go test -tags envtest -run '^$$' -bench BenchmarkListThroughConversion -benchtime 3x -count 6 -timeout 60m ./internal/webhook/ | tee $(BIN)/bench-list.txt $(BIN)/reports/bench-list.txt | $(BENCH_FILTER)
 	scripts/bench-ratios.sh $(BIN)/bench-list.txt
 	go test -tags envtest -run '^$$' -bench BenchmarkManagerAtScale -benchtime 1x -count 1 -timeout 90m ./internal/manager/ | tee $(BIN)/bench-manager.txt | $(BENCH_FILTER)
 	scripts/bench-ratios.sh $(BIN)/bench-manager.txt

@@ -511,10 +511,14 @@ func TestProductionProof(t *testing.T) {
 		leading := time.Since(killed)
 		by := ptr.Deref(lease.Spec.HolderIdentity, "")
 		c.Kubectl(t, "-n", ns, "wait", "--for=condition=Ready", "pod/"+leader, "--timeout=2m")
+		ready := time.Since(killed)
 		if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: leader}, pod); err != nil {
 			t.Fatal(err)
 		}
 		restartsAfter := containerRestarts(pod)
+		t.Logf("SIGKILL at %s; the Lease renewed by %s at %s; pod %s Ready again at %s", killed.Format("15:04:05.000"), by,
+			killed.Add(leading).Format("15:04:05.000"), leader, killed.Add(ready).Format("15:04:05.000"))
+		figure("the killed pod Ready again after", "%s", ready.Round(100*time.Millisecond))
 		who := "a standby, " + by
 		if by == leader {
 			who = "the killed pod's restarted container"

@@ -161,3 +161,62 @@ func ConversionTable(results []BenchResult) (string, error) {
 // PeakHeapPerBody is the conversion handler's claimed bound on its peak heap per byte of
 // body, the same one internal/webhook's memory test asserts.
 const PeakHeapPerBody = 2.5
+
+// ListBenchFile is the raw output of BenchmarkListThroughConversion (make bench writes
+// bin/bench-list.txt and bin/reports/bench-list.txt).
+const ListBenchFile = "bench-list.txt"
+
+// ListTable renders BenchmarkListThroughConversion's results: per LIST shape, the mean time
+// of a whole LIST through v1alpha1 (every object converted) and through v1 (none), and their
+// ratio against its target of 1.1.
+func ListTable(results []BenchResult) (string, error) {
+	type row struct{ v1alpha1, v1 BenchResult }
+	var shapes []string
+	rows := map[string]*row{}
+	widgets := map[float64]bool{}
+	for _, r := range results {
+		rest, ok := strings.CutPrefix(r.Name, "BenchmarkListThroughConversion/")
+		if !ok {
+			continue
+		}
+		shape, version, ok := strings.Cut(rest, "/version=")
+		if !ok {
+			return "", fmt.Errorf("%s: no version= part", r.Name)
+		}
+		if rows[shape] == nil {
+			rows[shape] = &row{}
+			shapes = append(shapes, shape)
+		}
+		switch version {
+		case "v1alpha1":
+			rows[shape].v1alpha1 = r
+		case "v1":
+			rows[shape].v1 = r
+		}
+		widgets[r.Metrics["widgets"]] = true
+	}
+	if len(shapes) == 0 {
+		return "", fmt.Errorf("no BenchmarkListThroughConversion results")
+	}
+	if len(widgets) != 1 || widgets[0] {
+		return "", fmt.Errorf("BenchmarkListThroughConversion: the results do not name one collection size (%v)", widgets)
+	}
+	var b strings.Builder
+	for w := range widgets {
+		fmt.Fprintf(&b, "%.0f Widgets stored as v1; one op is a whole LIST, every page read.\n\n", w)
+	}
+	b.WriteString("| LIST | through v1alpha1 (converted) | through v1 (no conversion) | v1alpha1/v1 (target ≤ 1.1) | runs |\n| --- | ---: | ---: | ---: | ---: |\n")
+	for _, shape := range shapes {
+		r := rows[shape]
+		if r.v1alpha1.Runs == 0 || r.v1.Runs == 0 {
+			return "", fmt.Errorf("%s: a version's results are missing", shape)
+		}
+		ratio := r.v1alpha1.Metrics["ns/op"] / r.v1.Metrics["ns/op"]
+		cell := fmt.Sprintf("**%.2f**", ratio)
+		if ratio > 1.1 {
+			cell = fmt.Sprintf("%.2f (missed)", ratio)
+		}
+		fmt.Fprintf(&b, "| %s | %.2f s | %.2f s | %s | %d |\n", shape, r.v1alpha1.Metrics["ns/op"]/1e9, r.v1.Metrics["ns/op"]/1e9, cell, r.v1alpha1.Runs)
+	}
+	return b.String(), nil
+}

@@ -38,6 +38,13 @@ var renderers = map[string]func(root string) (string, error){
 		}
 		return tt.Text(), nil
 	},
+	"bench-list": func(root string) (string, error) {
+		res, err := ReadBench(filepath.Join(root, DataDir, ListBenchFile))
+		if err != nil {
+			return "", err
+		}
+		return ListTable(res)
+	},
 	"bench-conversion": func(root string) (string, error) {
 		res, err := ReadBench(filepath.Join(root, DataDir, ConversionBenchFile))
 		if err != nil {
@@ -59,7 +66,7 @@ func Render(root, text string) (string, error) {
 		}
 		render, ok := renderers[m[2]]
 		if !ok {
-			errs = append(errs, fmt.Sprintf("block %q names no report (known: production-proof, bench-conversion, make-test-times)", m[2]))
+			errs = append(errs, fmt.Sprintf("block %q names no report (known: production-proof, bench-conversion, bench-list, make-test-times)", m[2]))
 			return block
 		}
 		body, err := render(root)
@@ -109,7 +116,7 @@ func UpdateREADMEs(root string) error {
 // runs wrote), and returns the names it copied.
 func Collect(root, from string) ([]string, error) {
 	var copied []string
-	for _, name := range []string{ProofFile, strings.TrimSuffix(ProofFile, ".json") + ".txt", ConversionBenchFile, TestTimesFile} {
+	for _, name := range []string{ProofFile, strings.TrimSuffix(ProofFile, ".json") + ".txt", ConversionBenchFile, ListBenchFile, TestTimesFile} {
 		b, err := os.ReadFile(filepath.Join(from, name))
 		if os.IsNotExist(err) {
 			continue
