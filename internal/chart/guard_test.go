@@ -26,10 +26,13 @@ import (
 	"github.com/widgetry/widget-operator/internal/upgrade"
 )
 
-// storedAt is what status.storedVersions holds at each stage once its hooks have run.
+// storedAt is what status.storedVersions holds at each stage once its hooks have run (the
+// stage table of internal/crd): the flip's writes add v1, the migration at migrate trims
+// v1alpha1 away, and nothing stores v1alpha1 again after it, so unserve and remove hold [v1]
+// (upgrade.ObserveCRD reads remove only from [v1]).
 var storedAt = map[crd.Stage][]string{
 	crd.StageInitial: {"v1alpha1"}, crd.StageAddVersion: {"v1alpha1"}, crd.StageFlipStorage: {"v1alpha1", "v1"},
-	crd.StageMigrate: {"v1"}, crd.StageUnserve: {"v1"},
+	crd.StageMigrate: {"v1"}, crd.StageUnserve: {"v1"}, crd.StageRemove: {"v1"},
 }
 
 // guardEnv is a real apiserver with the chart's stage guard (the ValidatingAdmissionPolicy and
@@ -158,12 +161,20 @@ func (g *guardEnv) live() *apiextensionsv1.CustomResourceDefinition {
 	return c
 }
 
+// moved returns the live CRD with stage's versions, as the chart renders them: the change
+// move makes.
+func (g *guardEnv) moved(stage crd.Stage) *apiextensionsv1.CustomResourceDefinition {
+	g.t.Helper()
+	c := g.live()
+	c.Spec.Versions = g.at(stage).Spec.Versions
+	return c
+}
+
 // move sets the live CRD's versions to stage's, as the chart renders them (a dry run leaves
 // the CRD as it is; admission runs all the same).
 func (g *guardEnv) move(stage crd.Stage, dryRun bool) error {
 	g.t.Helper()
-	c := g.live()
-	c.Spec.Versions = g.at(stage).Spec.Versions
+	c := g.moved(stage)
 	var opts []client.UpdateOption
 	if dryRun {
 		opts = append(opts, client.DryRunAll)
@@ -176,38 +187,99 @@ func isGuard(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy 'widgets.widgetry.io-stage-guard'")
 }
 
-// TestStageGuardAgreesWithThePlan applies every change from one stage's CRD to another's on a
-// real apiserver and checks the chart's stage guard against the engine: it admits exactly
-// the changes upgrade.Plan makes in one step, minus unserving a version still stored; every
-// refusal names a runbook.
+// verdict is what the apiserver answers to a change of the CRD, or what the plan says it
+// must answer.
+type verdict int
+
+const (
+	admitted verdict = iota
+	// refusedByGuard: the chart's stage guard refuses it.
+	refusedByGuard
+	// refusedByValidation: the apiserver's own validation refuses it before admission runs,
+	// so before the guard sees it: a version still in status.storedVersions dropped from
+	// spec.versions ("missing from spec.versions").
+	refusedByValidation
+	// refusedOtherwise: any other error; never what the plan expects.
+	refusedOtherwise
+)
+
+func (v verdict) String() string {
+	return [...]string{"admits it", "refuses it by the stage guard", "refuses it by its own validation (a stored version dropped from spec.versions)", "refuses it otherwise"}[v]
+}
+
+// answered is the apiserver's verdict on a change, from the error it returned.
+func answered(err error) verdict {
+	switch {
+	case err == nil:
+		return admitted
+	case isGuard(err):
+		return refusedByGuard
+	case strings.Contains(err.Error(), "missing from spec.versions"):
+		return refusedByValidation
+	}
+	return refusedOtherwise
+}
+
+// storedVersionChecks are the preflight checks that read nothing but the observed
+// storedVersions: the plan's own say on whether a step may be taken with what is stored
+// (the rest of the preflight asks the webhook, the objects and the metrics).
+var storedVersionChecks = []upgrade.Check{upgrade.CheckOnlyNewStored, upgrade.CheckNothingNewStored}
+
+// planVerdict is what the engine says the apiserver must answer to desired, the CRD observed
+// as o moved to stage to in one change, and why:
+//   - refused by validation when upgrade.CheckVersionsKept refuses desired (upgrade.Apply
+//     refuses to write it, since the apiserver's validation refuses it before admission);
+//   - refused by the guard when upgrade.Plan does not make the move in one change, or when
+//     one of its steps fails a storedVersionChecks check on the storedVersions observed
+//     (flip-storage to unserve plans the migration as a step of its own, and nothing may be
+//     unserved before it ran);
+//   - admitted otherwise.
+func planVerdict(t *testing.T, o *upgrade.Observation, cfg upgrade.Config, desired *apiextensionsv1.CustomResourceDefinition, to crd.Stage) (verdict, string) {
+	t.Helper()
+	if err := upgrade.CheckVersionsKept(desired); err != nil {
+		return refusedByValidation, err.Error()
+	}
+	steps, err := upgrade.Plan(o, cfg, to)
+	if err != nil {
+		return refusedByGuard, err.Error()
+	}
+	stored := make([]upgrade.Step, len(steps))
+	for i, s := range steps {
+		s.Checks = slices.DeleteFunc(slices.Clone(s.Checks), func(c upgrade.Check) bool { return !slices.Contains(storedVersionChecks, c) })
+		stored[i] = s
+	}
+	// These checks read only o: no client is needed, none is given.
+	if _, err := upgrade.Preflight(t.Context(), upgrade.Clients{}, cfg, o, stored); err != nil {
+		return refusedByGuard, err.Error()
+	}
+	return admitted, fmt.Sprintf("%d step(s), the storedVersions checks pass", len(steps))
+}
+
+// TestStageGuardAgreesWithThePlan applies every change from one stage's CRD (with the
+// storedVersions of that stage) to another's on a real apiserver and checks the apiserver's
+// answer against the engine's (planVerdict): it admits exactly the changes the engine makes in
+// one step, its own validation refuses exactly those that drop a stored version, and the
+// stage guard refuses all the others, naming a runbook. Any disagreement fails, either way.
 func TestStageGuardAgreesWithThePlan(t *testing.T) {
 	g := startGuard(t)
 	cfg := upgrade.WidgetConfig()
 	for _, from := range crd.Stages {
+		if _, ok := storedAt[from]; !ok {
+			t.Fatalf("storedAt has no storedVersions for stage %s", from)
+		}
 		g.create(from)
 		o := upgrade.ObserveCRD(g.live(), cfg)
 		if o.Stage != from || o.Inconsistent != "" {
 			t.Fatalf("created at %s, observed %s (%s)", from, o.StageLabel(), o.Inconsistent)
 		}
 		for _, to := range crd.Stages {
-			_, planErr := upgrade.Plan(o, cfg, to)
-			old := crd.Version(g.at(to), "v1alpha1")
-			unservesStored := old != nil && !old.Served && slices.Contains(storedAt[from], "v1alpha1")
-			want := planErr == nil && !unservesStored
+			want, why := planVerdict(t, o, cfg, g.moved(to), to)
 			err := g.move(to, true)
-			// The apiserver's own validation runs before admission: it refuses dropping a
-			// stored version from spec.versions before the guard sees the change.
-			builtin := err != nil && strings.Contains(err.Error(), "missing from spec.versions")
-			switch {
-			case want && isGuard(err):
-				t.Errorf("%s -> %s: the plan takes it in one step, the guard refuses: %v", from, to, err)
-			case want && err != nil && !builtin:
-				t.Errorf("%s -> %s: refused: %v", from, to, err)
-			case !want && err == nil:
-				t.Errorf("%s -> %s: the plan refuses (%v), the apiserver admits it", from, to, planErr)
-			case !want && !isGuard(err) && !builtin:
-				t.Errorf("%s -> %s: refused, but not by the guard: %v", from, to, err)
-			case isGuard(err) && !strings.Contains(err.Error(), "runbooks/"):
+			got := answered(err)
+			if got != want {
+				t.Errorf("%s -> %s (storedVersions %v): the plan says the apiserver %s (%s); the apiserver %s: %v", from, to, storedAt[from], want, why, got, err)
+			}
+			if got == refusedByGuard && !strings.Contains(err.Error(), "runbooks/") {
 				t.Errorf("%s -> %s: the refusal names no runbook: %v", from, to, err)
 			}
 		}

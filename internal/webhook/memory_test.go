@@ -13,10 +13,12 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+	"time"
 
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
+	"github.com/widgetry/widget-operator/internal/testenv/memprobe"
 	"github.com/widgetry/widget-operator/internal/webhook/webhooktest"
 )
 
@@ -30,6 +32,50 @@ func withMemoryLimit(t *testing.T) {
 	t.Cleanup(func() { debug.SetMemoryLimit(before) })
 }
 
+// The peak heap is sampled (memprobe.PeakHeap), so it is only as good as the readings it
+// rests on: a sampler that never ran while the handler did reports the heap before or after
+// the review, far below its peak, and the bounds below would hold whatever the handler did.
+// Only the readings after a run's first are sure to be taken while the handler ran (the
+// first is taken whenever the sampler's goroutine first gets a CPU, which may be after the
+// handler returned), and each measured review must rest on enough of them:
+//   - at least minHeapSamples, whatever its length: a review too short for that (a hostile one
+//     refused at once takes 2 ms) is served again, and its peak is the highest of the runs;
+//   - at least one per starvedSampleInterval of the time it ran. The sampler reads every
+//     memprobe.SampleInterval (100 µs), but on a loaded 2-core machine it was measured at
+//     about one reading per ms, and when the handler keeps every core busy it only runs when
+//     the scheduler preempts the handler, about every 10 ms: fewer readings than that mean it
+//     was starved beyond what the measurement can afford.
+const (
+	minHeapSamples        = 20
+	starvedSampleInterval = 10 * time.Millisecond
+	// measureTime bounds the time a short review is served again for (a sampler that never
+	// runs would otherwise have it served forever).
+	measureTime = 2 * time.Second
+)
+
+// measureReview serves body to h, again until the heap was sampled minHeapSamples times while
+// h ran, and returns the first answer and the highest peak, with the readings taken while h
+// ran (Samples) and the time of every run (Elapsed). It fails the test, saying how many
+// readings it took, when the sampler did not keep up.
+func measureReview(t *testing.T, h http.Handler, path string, body []byte) (*countingWriter, memprobe.Peak) {
+	t.Helper()
+	w, peak := serveMeasured(h, path, body)
+	peak.Samples--
+	runs := 1
+	for ; peak.Samples < minHeapSamples && peak.Elapsed < measureTime; runs++ {
+		_, again := serveMeasured(h, path, body)
+		peak.Bytes, peak.Samples, peak.Elapsed = max(peak.Bytes, again.Bytes), peak.Samples+again.Samples-1, peak.Elapsed+again.Elapsed
+	}
+	if want := max(minHeapSamples, int(peak.Elapsed/starvedSampleInterval)); peak.Samples < want {
+		t.Fatalf("the heap was sampled %d times while the handler ran, in %s over %d runs; want at least %d (one per %s, %d at least): the sampler was starved, so its peak (%d bytes) may be far too low",
+			peak.Samples, peak.Elapsed, runs, want, starvedSampleInterval, minHeapSamples, peak.Bytes)
+	}
+	if runs > 1 {
+		t.Logf("served %d times for %d heap samples", runs, peak.Samples)
+	}
+	return w, peak
+}
+
 // TestMemoryHostileReviews: each shape that drove the old handler's heap to tens of
 // times its body gets a clear 4xx, a Failure, or its conversion, within ConversionPeakFactor
 // times its body (garbage not yet collected included), under the memory limit the manager
@@ -38,7 +84,7 @@ func TestMemoryHostileReviews(t *testing.T) {
 	withMemoryLimit(t)
 	for _, tc := range webhooktest.Hostile(8 << 20) {
 		t.Run(tc.Name, func(t *testing.T) {
-			w, peak := serveMeasured(&ConversionHandler{}, ConvertPath, tc.Body)
+			w, peak := measureReview(t, &ConversionHandler{}, ConvertPath, tc.Body)
 			got := fmt.Sprint(w.code)
 			if w.code == http.StatusOK {
 				var message string
@@ -53,7 +99,7 @@ func TestMemoryHostileReviews(t *testing.T) {
 				t.Errorf("answered %s, want %s: %.300s", got, tc.Want, w.head)
 			}
 			ratio := float64(peak.Bytes) / float64(len(tc.Body))
-			t.Logf("%d-byte body: peak heap %d bytes (%.2f× the body, %d samples), answered %s with %d bytes", len(tc.Body), peak.Bytes, ratio, peak.Samples, got, w.n)
+			t.Logf("%d-byte body: peak heap %d bytes (%.2f× the body, %d samples in %s), answered %s with %d bytes", len(tc.Body), peak.Bytes, ratio, peak.Samples, peak.Elapsed, got, w.n)
 			if ratio > ConversionPeakFactor {
 				t.Errorf("peak heap %.2f× the body, over the %g× the in-flight budget charges", ratio, ConversionPeakFactor)
 			}
@@ -70,10 +116,10 @@ func TestMemoryLargestRealisticReview(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, n := webhooktest.Realistic("big", v1.GroupVersion.String(), int(limits.MaxConversionBody))
-	w, peak := serveMeasured(&ConversionHandler{MaxBodyBytes: limits.MaxConversionBody}, ConvertPath, body)
+	w, peak := measureReview(t, &ConversionHandler{MaxBodyBytes: limits.MaxConversionBody}, ConvertPath, body)
 	ratio := float64(peak.Bytes) / float64(len(body))
-	t.Logf("%d Widgets in a %d-byte review (limit %d): HTTP %d, %d bytes answered, peak heap %d bytes (%.2f× the body)",
-		n, len(body), limits.MaxConversionBody, w.code, w.n, peak.Bytes, ratio)
+	t.Logf("%d Widgets in a %d-byte review (limit %d): HTTP %d, %d bytes answered, peak heap %d bytes (%.2f× the body, %d samples in %s)",
+		n, len(body), limits.MaxConversionBody, w.code, w.n, peak.Bytes, ratio, peak.Samples, peak.Elapsed)
 	if w.code != http.StatusOK || !bytes.Contains(w.head, []byte(`"status":"Success"`)) {
 		t.Fatalf("HTTP %d %.300s", w.code, w.head)
 	}
@@ -109,9 +155,9 @@ func TestMemoryLargeAdmissionReviews(t *testing.T) {
 		{"a finalizer removed while deleting", review(object(``, true), object(`"f"`, true))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w, peak := serveMeasured(h, ValidatePath, tc.body)
+			w, peak := measureReview(t, h, ValidatePath, tc.body)
 			ratio := float64(peak.Bytes) / float64(len(tc.body))
-			t.Logf("%d-byte body: HTTP %d %.120s; peak heap %d bytes (%.2f× the body)", len(tc.body), w.code, w.head, peak.Bytes, ratio)
+			t.Logf("%d-byte body: HTTP %d %.120s; peak heap %d bytes (%.2f× the body, %d samples in %s)", len(tc.body), w.code, w.head, peak.Bytes, ratio, peak.Samples, peak.Elapsed)
 			if w.code != http.StatusOK || !bytes.Contains(w.head, []byte(`"allowed":true`)) {
 				t.Fatalf("not admitted: %d %.300s", w.code, w.head)
 			}

@@ -38,6 +38,10 @@ type Peak struct {
 	// goroutine only runs when the scheduler preempts the call (about every 10 ms), and the
 	// peak is then a lower bound.
 	Samples int
+	// Elapsed is how long the call took: with Samples, whether the sampler kept up (a call
+	// of Elapsed gives it about Elapsed/SampleInterval chances; far fewer samples mean it
+	// was starved, and the peak may be far too low).
+	Elapsed time.Duration
 }
 
 // PeakHeap runs f while a goroutine reads the heap every SampleInterval, and returns the
@@ -60,14 +64,25 @@ func PeakHeap(f func()) Peak {
 				done <- p
 				return
 			case <-t.C:
+				// A tick and stop may both be ready and select picks either: stop wins, so
+				// that no reading taken after f returned is counted as one more sample.
+				select {
+				case <-stop:
+					done <- p
+					return
+				default:
+				}
 			}
 		}
 	}()
+	start := time.Now()
 	f()
 	// The heap as f returns, in case the sampler was starved of a CPU.
 	last := read(heapObjectsMetric)
+	elapsed := time.Since(start)
 	close(stop)
 	p := <-done
+	p.Elapsed = elapsed
 	p.Bytes = max(p.Bytes, last)
 	if p.Bytes < base {
 		p.Bytes = 0
