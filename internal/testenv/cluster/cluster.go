@@ -310,13 +310,30 @@ func (c *Cluster) Command(ctx context.Context, name string, args ...string) *exe
 // failing the test with that output if it fails.
 func (c *Cluster) Run(tb testing.TB, name string, args ...string) string {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout(args))
 	defer cancel()
 	out, err := c.Command(ctx, name, args...).CombinedOutput()
 	if err != nil {
 		tb.Fatalf("cluster: %s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// runTimeout is how long Run lets a command take: 5 minutes, or a minute more than the
+// command's own --timeout (helm --wait, kubectl wait and rollout status), so that the command
+// reports its own timeout with what it waited for, instead of being killed first.
+func runTimeout(args []string) time.Duration {
+	limit := 5 * time.Minute
+	for i, a := range args {
+		v, ok := strings.CutPrefix(a, "--timeout=")
+		if !ok && a == "--timeout" && i+1 < len(args) {
+			v, ok = args[i+1], true
+		}
+		if d, err := time.ParseDuration(v); ok && err == nil && d+time.Minute > limit {
+			limit = d + time.Minute
+		}
+	}
+	return limit
 }
 
 // Kubectl runs bin/kubectl against the cluster and returns its output.
