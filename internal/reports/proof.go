@@ -71,7 +71,7 @@ func Dir(root string) string {
 
 // WriteProof writes p as JSON and as the text Proof.Text renders (same name, .txt) to dir.
 func WriteProof(dir string, p Proof) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
 	}
 	b, err := json.MarshalIndent(p, "", "  ")
