@@ -1,7 +1,6 @@
 package scripts
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,25 +63,12 @@ func makeVerb(t *testing.T, path, verb string) (string, bool) {
 // missing on path: those checked by a command not on it, or by a file that does not exist.
 func expectedPackages(t *testing.T, path string, tiers ...string) []string {
 	t.Helper()
-	f, err := os.Open(filepath.Join(prereq.RepoRoot(t), "scripts", "apt-packages.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
 	var pkgs []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
+	for _, p := range aptPackages(t) {
+		if !slices.ContainsFunc(p.verbs, func(v string) bool { return slices.Contains(tiers, v) }) {
 			continue
 		}
-		if len(fields) != 3 {
-			t.Fatalf("apt-packages.txt: %q is not 'package checks tier'", sc.Text())
-		}
-		if !slices.ContainsFunc(strings.Split(fields[2], ","), func(v string) bool { return slices.Contains(tiers, v) }) {
-			continue
-		}
-		for _, check := range strings.Split(fields[1], ",") {
+		for _, check := range p.checks {
 			var err error
 			if filepath.IsAbs(check) {
 				_, err = os.Stat(check)
@@ -90,7 +76,7 @@ func expectedPackages(t *testing.T, path string, tiers ...string) []string {
 				_, err = os.Stat(filepath.Join(path, check))
 			}
 			if err != nil {
-				pkgs = append(pkgs, fields[0])
+				pkgs = append(pkgs, p.name)
 				break
 			}
 		}

@@ -26,7 +26,8 @@ var verbSources = map[string][]string{
 // aptPackage is a line of scripts/apt-packages.txt.
 type aptPackage struct {
 	name     string
-	commands []string // the checks that are commands (not absolute paths)
+	checks   []string // what proves it installed: commands, or absolute paths
+	commands []string // the checks that are commands
 	verbs    []string
 }
 
@@ -47,8 +48,8 @@ func aptPackages(t *testing.T) []aptPackage {
 		if len(fields) != 3 {
 			t.Fatalf("apt-packages.txt: %q is not 'package checks verbs'", sc.Text())
 		}
-		p := aptPackage{name: fields[0], verbs: strings.Split(fields[2], ",")}
-		for _, c := range strings.Split(fields[1], ",") {
+		p := aptPackage{name: fields[0], checks: strings.Split(fields[1], ","), verbs: strings.Split(fields[2], ",")}
+		for _, c := range p.checks {
 			if !filepath.IsAbs(c) {
 				p.commands = append(p.commands, c)
 			}

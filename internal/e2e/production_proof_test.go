@@ -73,8 +73,9 @@ type load struct {
 	// that a request hanging across a step's end is charged to the step that caused it.
 	latencies []time.Duration
 	byStep    map[int][]time.Duration
-	// slowest is the slowest request of each step, for the report.
+	// slowest describes the slowest request of each step (stepMax its latency), for the report.
 	slowest map[int]string
+	stepMax map[int]time.Duration
 	step    int
 }
 
@@ -123,9 +124,10 @@ func (l *load) one(i, step int) {
 	l.requests++
 	l.latencies = append(l.latencies, d)
 	if l.byStep == nil {
-		l.byStep, l.slowest = map[int][]time.Duration{}, map[int]string{}
+		l.byStep, l.slowest, l.stepMax = map[int][]time.Duration{}, map[int]string{}, map[int]time.Duration{}
 	}
-	if lat := l.byStep[step]; len(lat) == 0 || d > slices.Max(lat) {
+	if d > l.stepMax[step] {
+		l.stepMax[step] = d
 		l.slowest[step] = fmt.Sprintf("%s started %s, %s", what, start.Format("15:04:05.000"), d.Round(time.Millisecond))
 	}
 	l.byStep[step] = append(l.byStep[step], d)
