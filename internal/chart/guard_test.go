@@ -144,11 +144,23 @@ func (g *guardEnv) delete() {
 	if err := g.env.Client.Delete(g.t.Context(), c); err != nil {
 		g.t.Fatal(err)
 	}
-	testenv.Eventually(g.t, time.Minute, "the CRD deleted", func() error {
-		if err := g.env.Client.Get(g.t.Context(), client.ObjectKey{Name: crd.WidgetName}, c); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("still there: %w", err)
+	// The apiserver's own finalizer (customresourcecleanup) removes the CRD once its
+	// instances are gone; on a busy 2-core machine running the envtest packages side by side
+	// under -race that took more than a minute once, so the wait is generous and a timeout
+	// says what the CRD was waiting for.
+	testenv.Eventually(g.t, 3*time.Minute, "the CRD deleted", func() error {
+		err := g.env.Client.Get(g.t.Context(), client.ObjectKey{Name: crd.WidgetName}, c)
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			return fmt.Errorf("reading it: %w", err)
 		}
-		return nil
+		var conds []string
+		for _, cond := range c.Status.Conditions {
+			conds = append(conds, fmt.Sprintf("%s=%s (%s: %s)", cond.Type, cond.Status, cond.Reason, cond.Message))
+		}
+		return fmt.Errorf("still there: deletionTimestamp %v, finalizers %v, conditions %v", c.DeletionTimestamp, c.Finalizers, conds)
 	})
 }
 
