@@ -78,6 +78,7 @@ build() {
 	mv "$bin/$name.tmp" "$bin/$name"
 	echo "$stamp" >"$bin/.stamps/$name"
 	say "$name: built in $((SECONDS - start))s"
+	built+=("$name:$((SECONDS - start))")
 }
 
 # module_dir MODULE@VERSION: the module's directory in Go's module cache, downloaded if needed.
@@ -108,6 +109,7 @@ build_ct() {
 	rm -rf "$src"
 	echo "$stamp" >"$bin/.stamps/ct"
 	say "ct: built in $((SECONDS - start))s"
+	built+=("ct:$((SECONDS - start))")
 }
 
 all=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy helm3 helm4 controller-gen
@@ -117,6 +119,13 @@ want=("$@")
 
 missing=0
 for n in "${want[@]}"; do [[ -x "$bin/$n" ]] || missing=1; done
+# What this run built, as name:seconds, for the report below; and whether Go's build cache
+# held anything before it (a full build on a warm cache is no measure of a fresh machine).
+built=()
+run_start=$SECONDS
+gocache=$(go env GOCACHE)
+cache_was=cold
+if [[ -n $(find "$gocache" -mindepth 2 -maxdepth 2 -print -quit 2>/dev/null) ]]; then cache_was=warm; fi
 if [[ $missing == 1 ]]; then
 	say "a cold build of the whole toolchain takes about 25 minutes on 2 cores (kube-apiserver alone ~15);"
 	say "later runs reuse Go's build cache and finish in seconds."
@@ -178,3 +187,18 @@ for n in "${want[@]}"; do
 	esac
 done
 say "toolchain ready in $bin"
+
+# A run that built every tool writes bin/reports/toolchain-build.json, from which make reports
+# renders the README's build time (internal/reports); partial runs write nothing.
+if ((${#want[@]} == ${#all[@]})); then
+	names=" "
+	for b in "${built[@]}"; do names+="${b%%:*} "; done
+	for n in "${all[@]}"; do [[ $names == *" $n "* ]] || exit 0; done
+	mkdir -p "$root/bin/reports"
+	tools_json=""
+	for b in "${built[@]}"; do tools_json+="${tools_json:+, }{\"name\": \"${b%%:*}\", \"seconds\": ${b##*:}}"; done
+	printf '{"date": "%s", "machine": "%s cores, %s", "goCache": "%s", "seconds": %d, "tools": [%s]}\n' \
+		"$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(nproc)" "$(uname -sm)" "$cache_was" "$((SECONDS - run_start))" "$tools_json" \
+		>"$root/bin/reports/toolchain-build.json"
+	say "build times recorded in bin/reports/toolchain-build.json (make reports publishes them)"
+fi

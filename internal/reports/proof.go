@@ -86,13 +86,9 @@ func WriteProof(dir string, p Proof) error {
 
 // ReadProof reads a report WriteProof wrote.
 func ReadProof(path string) (Proof, error) {
-	var p Proof
-	b, err := os.ReadFile(path)
+	p, err := readJSON[Proof](path)
 	if err != nil {
 		return p, err
-	}
-	if err := json.Unmarshal(b, &p); err != nil {
-		return p, fmt.Errorf("%s: %w", path, err)
 	}
 	if len(p.Steps) == 0 {
 		return p, fmt.Errorf("%s: no steps", path)

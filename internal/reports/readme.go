@@ -43,6 +43,16 @@ var renderers = map[string]func(root string) (string, error){
 		}
 		return tt.Text(), nil
 	},
+	"toolchain-build": func(root string) (string, error) {
+		tb, err := ReadToolchainBuild(filepath.Join(root, DataDir, ToolchainFile))
+		if os.IsNotExist(err) {
+			return "No full build of the toolchain has been published yet: `make reports` publishes the one `make tools` records.\n", nil
+		}
+		if err != nil {
+			return "", err
+		}
+		return tb.Text(), nil
+	},
 	"bench-list": func(root string) (string, error) {
 		res, err := ReadBench(filepath.Join(root, DataDir, ListBenchFile))
 		if err != nil {
@@ -71,7 +81,7 @@ func Render(root, text string) (string, error) {
 		}
 		render, ok := renderers[m[2]]
 		if !ok {
-			errs = append(errs, fmt.Sprintf("block %q names no report (known: production-proof, bench-conversion, bench-list, make-test-times)", m[2]))
+			errs = append(errs, fmt.Sprintf("block %q names no report (known: production-proof, bench-conversion, bench-list, make-test-times, toolchain-build)", m[2]))
 			return block
 		}
 		body, err := render(root)
@@ -122,7 +132,7 @@ func UpdateREADMEs(root string) error {
 // runs wrote), and returns the names it copied.
 func Collect(root, from string) ([]string, error) {
 	var copied []string
-	for _, name := range []string{ProofFile, strings.TrimSuffix(ProofFile, ".json") + ".txt", ConversionBenchFile, ListBenchFile, TestTimesFile} {
+	for _, name := range []string{ProofFile, strings.TrimSuffix(ProofFile, ".json") + ".txt", ConversionBenchFile, ListBenchFile, TestTimesFile, ToolchainFile} {
 		b, err := os.ReadFile(filepath.Join(from, name))
 		if os.IsNotExist(err) {
 			continue

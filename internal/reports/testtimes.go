@@ -23,13 +23,9 @@ type TestTimes struct {
 
 // ReadTestTimes reads a make-test.json.
 func ReadTestTimes(path string) (TestTimes, error) {
-	var tt TestTimes
-	b, err := os.ReadFile(path)
+	tt, err := readJSON[TestTimes](path)
 	if err != nil {
 		return tt, err
-	}
-	if err := json.Unmarshal(b, &tt); err != nil {
-		return tt, fmt.Errorf("%s: %w", path, err)
 	}
 	if len(tt.Tiers) == 0 {
 		return tt, fmt.Errorf("%s: no tiers", path)
@@ -47,4 +43,18 @@ func (tt TestTimes) Text() string {
 	}
 	return fmt.Sprintf("Wall times of the last `make test` whose every tier passed (%s, %s): %d min %d s — %s.\n",
 		tt.Machine, tt.Date, total/60, total%60, strings.Join(parts, ", "))
+}
+
+// readJSON reads a JSON report into a T; a missing file keeps its os.IsNotExist error, which
+// the renderers of reports not yet published look for.
+func readJSON[T any](path string) (T, error) {
+	var v T
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return v, err
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return v, fmt.Errorf("%s: %w", path, err)
+	}
+	return v, nil
 }
