@@ -8,7 +8,12 @@
 // then applies the CRD schema's defaults to what they changed, then every validating
 // admission webhook; the chart registers both of ours with matchPolicy Equivalent, so a
 // request through either version reaches them, and failurePolicy Fail, so a write is refused
-// rather than let through unchecked while the webhooks are down. What follows for the
+// rather than let through unchecked while the webhooks are down. Their matchConditions keep
+// the apiserver from calling them for what neither could change: an UPDATE that leaves the
+// spec and the annotations as they were (finalizers, ownerReferences: the writes of deletion
+// and garbage collection, which must not wait on our pods), and, for the mutating webhook, any
+// write not made through v1alpha1. The handlers still treat such requests correctly when
+// they arrive (an older chart's configurations have no conditions). What follows for the
 // handlers:
 //   - The CRD schema's defaults, the same in both versions, run before any webhook; the
 //     mutating webhook adds none of its own. It runs on UPDATE only, and on an update through

@@ -125,6 +125,25 @@ cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "w
 {{- end }}
 {{- end }}
 
+{{- /*
+The admission webhooks' matchConditions shared by both: an UPDATE that leaves a Widget's spec
+and annotations as they were (the only fields either webhook reads: the validator checks the
+spec, ratcheting what is unchanged; the defaulter keeps v1-only spec fields, which a v1alpha1
+client carries in the conversion-data annotation) needs neither webhook. Those are the writes
+the cluster makes to delete things: finalizers removed (by the controller, kubectl patch or
+the namespace controller's cleanup), the garbage collector's foregroundDeletion finalizer and
+ownerReferences. The apiserver then never calls our pods for them, so deletion and garbage
+collection go on while every pod of ours is gone or hung.
+*/ -}}
+{{- define "widget-operator.webhookMatchConditions" -}}
+- name: changes-spec-or-annotations
+  expression: >-
+    request.operation != 'UPDATE' ||
+    (has(object.spec) ? object.spec : {}) != (has(oldObject.spec) ? oldObject.spec : {}) ||
+    (has(object.metadata.annotations) ? object.metadata.annotations : {}) !=
+    (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {})
+{{- end -}}
+
 {{/* Pod and container security contexts (values; the defaults meet Pod Security "restricted"). */}}
 {{- define "widget-operator.podSecurityContext" -}}
 {{- toYaml .Values.podSecurityContext }}
