@@ -399,14 +399,25 @@ func installForRotation(t *testing.T, c *cluster.Cluster, namespace string, set 
 	return k
 }
 
-// TestCARotationWithoutOverlap is the CA rotation step's negative control: the same rotation
+// TestCARotation runs the CA rotation's controls one after the other on one cluster, under
+// the same replacing cainjector as the production proof: the negative control without the
+// overlap, then the overlap under certManager.issuerRef. Each installs in a namespace of its
+// own and removes the release and the CRD when it ends.
+func TestCARotation(t *testing.T) {
+	c := certManagedCluster(t)
+	replacingCAInjector(t, c)
+	if !t.Run("WithoutOverlap", func(t *testing.T) { caRotationWithoutOverlap(t, c) }) {
+		return
+	}
+	t.Run("WithIssuerRef", func(t *testing.T) { caRotationWithIssuerRef(t, c) })
+}
+
+// caRotationWithoutOverlap is the CA rotation step's negative control: the same rotation
 // with certManager.caBundleOverlap=false, where cainjector injects the serving Certificate's
 // CA directly, under the same replacing cainjector as the production proof. The replicas
 // then serve, for a while, a leaf the CRD's bundle no longer trusts; the sampler must see
 // that window, or the production proof's zero would prove nothing.
-func TestCARotationWithoutOverlap(t *testing.T) {
-	c := certManagedCluster(t)
-	replacingCAInjector(t, c)
+func caRotationWithoutOverlap(t *testing.T, c *cluster.Cluster) {
 	const namespace = "ca-no-overlap"
 	k := installForRotation(t, c, namespace, "certManager.caBundleOverlap=false")
 	r := rotateCA(t, c, k, namespace, release, chartCA(namespace), false)
@@ -427,13 +438,11 @@ func TestCARotationWithoutOverlap(t *testing.T) {
 	}
 }
 
-// TestCARotationWithIssuerRef: the overlap holds with certManager.issuerRef too. The chart is
+// caRotationWithIssuerRef: the overlap holds with certManager.issuerRef too. The chart is
 // installed with a ClusterIssuer standing in for a company CA (value_sets_test.go's corpCA),
 // under a replacing cainjector; that CA is rotated, then the serving certificate: no replica
 // serves a certificate the CRD's caBundle does not trust, and the old CA leaves the bundle.
-func TestCARotationWithIssuerRef(t *testing.T) {
-	c := certManagedCluster(t)
-	replacingCAInjector(t, c)
+func caRotationWithIssuerRef(t *testing.T, c *cluster.Cluster) {
 	applyCorpCA(t, c)
 	const namespace = "ca-issuer-ref"
 	k := installForRotation(t, c, namespace, "certManager.issuerRef.name=corp-ca", "certManager.issuerRef.kind=ClusterIssuer")
