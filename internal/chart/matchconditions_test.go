@@ -158,11 +158,15 @@ func deletionWithoutWebhooks(t *testing.T, stage crd.Stage, version, size, refus
 		t.Errorf("removing the finalizer of a Widget in a namespace being deleted, with the webhooks unreachable: %v", err)
 	}
 	testenv.Eventually(t, 2*time.Minute, "the namespace deleted", func() error {
-		err := env.Client.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
-		if apierrors.IsNotFound(err) {
+		n := &corev1.Namespace{}
+		err := env.Client.Get(ctx, client.ObjectKey{Name: ns}, n)
+		switch {
+		case apierrors.IsNotFound(err):
 			return nil
+		case err != nil:
+			return fmt.Errorf("reading it: %w", err)
 		}
-		return fmt.Errorf("still there: %v", err)
+		return fmt.Errorf("still there: phase %s, conditions %v", n.Status.Phase, n.Status.Conditions)
 	})
 }
 
