@@ -4,7 +4,6 @@ package chart
 
 import (
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/testcerts"
+	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
 
 // TestDeletionNeverWaitsOnTheWebhooks registers the chart's admission webhook configurations,
@@ -172,17 +172,10 @@ func deletionWithoutWebhooks(t *testing.T, stage crd.Stage, version, size, refus
 
 // installUnreachableWebhooks creates the chart's mutating and validating webhook
 // configurations, as rendered, with their clientConfig pointed at a loopback port where nothing
-// listens (a listener opened and closed again) and a CA that signed nothing.
+// listens (widgetenv.FreePort's, closed again) and a CA that signed nothing.
 func installUnreachableWebhooks(t *testing.T, env *testenv.Env) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
+	addr := fmt.Sprintf("127.0.0.1:%d", widgetenv.FreePort(t))
 	objs := render(t, nil)
 	ca := testcerts.NewCA(t, "nobody").PEM
 	config := func(c admissionregistrationv1.WebhookClientConfig) admissionregistrationv1.WebhookClientConfig {
