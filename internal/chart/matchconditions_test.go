@@ -22,7 +22,6 @@ import (
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/testcerts"
-	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
 
 // TestDeletionNeverWaitsOnTheWebhooks registers the chart's admission webhook configurations,
@@ -172,10 +171,11 @@ func deletionWithoutWebhooks(t *testing.T, stage crd.Stage, version, size, refus
 
 // installUnreachableWebhooks creates the chart's mutating and validating webhook
 // configurations, as rendered, with their clientConfig pointed at a loopback port where nothing
-// listens (widgetenv.FreePort's, closed again) and a CA that signed nothing.
+// listens (testenv.FreePort's: under the ephemeral range, so no connection's source port
+// holds it either) and a CA that signed nothing.
 func installUnreachableWebhooks(t *testing.T, env *testenv.Env) {
 	t.Helper()
-	addr := fmt.Sprintf("127.0.0.1:%d", widgetenv.FreePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	objs := render(t, nil)
 	ca := testcerts.NewCA(t, "nobody").PEM
 	config := func(c admissionregistrationv1.WebhookClientConfig) admissionregistrationv1.WebhookClientConfig {

@@ -71,7 +71,7 @@ func TestWidgetReadyOnARealNode(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	mgr := c.Command(ctx, widgetenv.ManagerBinary(t), "--namespace="+widgetenv.Namespace, "--webhook-cert-dir="+certDir,
-		"--webhook-port="+strconv.Itoa(widgetenv.FreePort(t)), "--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:0", "--leader-elect=false")
+		"--webhook-port="+strconv.Itoa(testenv.FreePort(t)), "--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:0", "--leader-elect=false")
 	mgr.Stdout, mgr.Stderr = log, log
 	if err := mgr.Start(); err != nil {
 		t.Fatal(err)

@@ -49,7 +49,7 @@ func replicas(t *testing.T, op *widgetenv.Operator, n int, args ...string) []*wi
 	for i := range ms {
 		port := op.WebhookPort
 		if i > 0 {
-			port = widgetenv.FreePort(t)
+			port = testenv.FreePort(t)
 		}
 		ms[i] = op.StartManager(t, widgetenv.ManagerOptions{WebhookPort: port,
 			Args: append([]string{"--leader-election-identity=replica-" + strconv.Itoa(i)}, args...)})
@@ -530,11 +530,11 @@ func TestKilledControllerLeavesWebhooksServing(t *testing.T) {
 		socket := filepath.Join(t.TempDir(), "controller-metrics.sock")
 		port := op.WebhookPort
 		if i > 0 {
-			port = widgetenv.FreePort(t)
+			port = testenv.FreePort(t)
 		}
 		webhooks = append(webhooks, op.StartManager(t, widgetenv.ManagerOptions{WebhookPort: port,
 			Args: []string{"--components=webhooks", "--controller-metrics-socket=" + socket}}))
-		controllers = append(controllers, op.StartManager(t, widgetenv.ManagerOptions{WebhookPort: widgetenv.FreePort(t),
+		controllers = append(controllers, op.StartManager(t, widgetenv.ManagerOptions{WebhookPort: testenv.FreePort(t),
 			Args: []string{"--components=controller", "--controller-metrics-socket=" + socket, "--leader-election-identity=replica-" + strconv.Itoa(i),
 				"--drain-delay=0s", "--connection-drain-timeout=0s"}}))
 	}

@@ -71,7 +71,7 @@ func BenchmarkManagerAtScale(b *testing.B) {
 	if gogc := os.Getenv("WIDGET_BENCH_GOGC"); gogc != "" {
 		managerEnv = append(managerEnv, "GOGC="+gogc)
 	}
-	pprofURL := "http://127.0.0.1:" + strconv.Itoa(widgetenv.FreePort(b))
+	pprofURL := "http://127.0.0.1:" + strconv.Itoa(testenv.FreePort(b))
 	m := op.StartManager(b, widgetenv.ManagerOptions{Env: managerEnv, Args: []string{"--pprof-bind-address=" + strings.TrimPrefix(pprofURL, "http://")}})
 	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		b.Fatal(err)

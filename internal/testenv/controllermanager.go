@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -23,9 +22,9 @@ const (
 	// before it is killed.
 	stopGracePeriod = 10 * time.Second
 
-	// portAttempts bounds the retries when another process takes the free port we
+	// PortAttempts bounds the retries when another process takes the free port we
 	// picked between closing our probe listener and kube-controller-manager binding it.
-	portAttempts = 3
+	PortAttempts = 3
 )
 
 // ControllerManager is a kube-controller-manager child process attached to an Env.
@@ -83,7 +82,7 @@ func (e *Env) StartControllerManager(tb testing.TB) *ControllerManager {
 			e.ControllerManager = cm
 			break
 		}
-		if attempt < portAttempts && cm.lostPortRace() {
+		if attempt < PortAttempts && cm.lostPortRace() {
 			tb.Logf("testenv: kube-controller-manager could not bind port %d, retrying with another", port)
 			continue
 		}
@@ -220,15 +219,4 @@ func (cm *ControllerManager) lostPortRace() bool {
 		return false
 	}
 	return cm.LogContains("address already in use")
-}
-
-// freePort asks the kernel for a free loopback port. The port is free when freePort
-// returns, not necessarily when the process binds it; see portAttempts.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -86,6 +86,9 @@ func (p *Process) Stop(tb testing.TB, grace time.Duration) {
 	<-p.exited
 }
 
+// LogTail returns the last n lines of the process's log.
+func (p *Process) LogTail(n int) string { return tailFile(p.LogFile, n) }
+
 // LogContains reports whether the process's log holds s.
 func (p *Process) LogContains(s string) bool {
 	data, err := os.ReadFile(p.LogFile)

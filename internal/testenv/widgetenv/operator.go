@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -53,7 +52,7 @@ type Operator struct {
 // configurations. env must use Scheme().
 func Setup(t testing.TB, env *testenv.Env, stage crd.Stage) *Operator {
 	t.Helper()
-	o := &Operator{Env: env, CA: testcerts.NewCA(t, "widget-operator-test-ca"), CertDir: t.TempDir(), WebhookPort: FreePort(t)}
+	o := &Operator{Env: env, CA: testcerts.NewCA(t, "widget-operator-test-ca"), CertDir: t.TempDir(), WebhookPort: testenv.FreePort(t)}
 	o.CA.Issue(t, "127.0.0.1", "localhost").WriteDir(t, o.CertDir)
 	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}); err != nil {
 		t.Fatalf("widgetenv: create namespace %s: %v", Namespace, err)
@@ -173,7 +172,28 @@ func (o *Operator) StartManager(t testing.TB, opts ManagerOptions) *Manager {
 	if opts.WebhookPort == 0 {
 		opts.WebhookPort = o.WebhookPort
 	}
-	m := &Manager{WebhookPort: opts.WebhookPort, HealthPort: FreePort(t), MetricsPort: FreePort(t)}
+	// A port taken between FreePort and the bind is the harness's race, not the manager's
+	// fault: the health and metrics ports are picked again, a few times.
+	for attempt := 1; ; attempt++ {
+		m := o.startManager(t, opts)
+		if opts.NoWait {
+			return m
+		}
+		err := m.waitReady(60 * time.Second)
+		if err == nil {
+			return m
+		}
+		if attempt < testenv.PortAttempts && m.LogContains("address already in use") {
+			t.Logf("widgetenv: widget-manager found a port taken (attempt %d); starting it on new ports", attempt)
+			continue
+		}
+		t.Fatal(err)
+	}
+}
+
+func (o *Operator) startManager(t testing.TB, opts ManagerOptions) *Manager {
+	t.Helper()
+	m := &Manager{WebhookPort: opts.WebhookPort, HealthPort: testenv.FreePort(t), MetricsPort: testenv.FreePort(t)}
 	args := append([]string{
 		"--namespace=" + Namespace,
 		"--webhook-port=" + strconv.Itoa(m.WebhookPort),
@@ -198,27 +218,35 @@ func (o *Operator) StartManager(t testing.TB, opts ManagerOptions) *Manager {
 	}
 	m.Process = proc
 	t.Cleanup(func() { m.Stop(t, 30*time.Second) })
-	if !opts.NoWait {
-		m.WaitReady(t, 60*time.Second)
-	}
 	return m
 }
 
 // WaitReady polls /readyz until it answers 200.
 func (m *Manager) WaitReady(t testing.TB, timeout time.Duration) {
 	t.Helper()
+	if err := m.waitReady(timeout); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitReady polls /readyz until it answers 200; an error carries the end of the manager's
+// log, so that a summary which keeps only the failure line still says why.
+func (m *Manager) waitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for !m.Ready() {
 		select {
 		case <-m.Exited():
-			t.Fatalf("widgetenv: widget-manager exited before it was ready (%v); log %s", m.ExitErr(), m.LogFile)
+			return fmt.Errorf("widgetenv: widget-manager exited before it was ready (%v); log %s ends:\n%s",
+				m.ExitErr(), m.LogFile, m.LogTail(10))
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("widgetenv: widget-manager not ready after %s; log %s", timeout, m.LogFile)
+			return fmt.Errorf("widgetenv: widget-manager not ready after %s; log %s ends:\n%s",
+				timeout, m.LogFile, m.LogTail(10))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	return nil
 }
 
 // Ready reports whether /readyz answers 200.
@@ -265,15 +293,4 @@ func Binary(t testing.TB, name string) string {
 	}
 	built[name] = path
 	return path
-}
-
-// FreePort returns a free loopback port.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
