@@ -102,14 +102,16 @@ test-e2e: ## End-to-end tier (root): the real node, cert-manager, Prometheus, th
 	go test -tags e2e -p 1 $(E2E_FLAGS) $(E2E_PKGS)
 
 .PHONY: test-conversion
-test-conversion: ## Conversion round-trip fuzzing (10,000 objects each way) and a minute of go test -fuzz.
+test-conversion: ## Conversion round-trip fuzzing (10,000 objects each way), a minute of go test -fuzz on conversion and one on the CRD's image rule.
 	go test -count=1 -run 'RoundTrip' -v ./internal/conversion/
 	go test -run '^$$' -fuzz FuzzConvertReview -fuzztime 60s ./internal/webhook/
+	go test -run '^$$' -fuzz FuzzCRDImageRule -fuzztime 60s ./internal/webhook/
 
 .PHONY: test-long
 test-long: tools ## Long runs: 100,000-object round trips and the same fuzzing for 5 minutes.
 	WIDGET_ROUNDTRIP_ITERATIONS=100000 go test -count=1 -run 'RoundTrip' ./internal/conversion/
 	go test -run '^$$' -fuzz FuzzConvertReview -fuzztime 5m ./internal/webhook/
+	go test -run '^$$' -fuzz FuzzCRDImageRule -fuzztime 5m ./internal/webhook/
 	WIDGET_MIGRATE_CRASH_OBJECTS=10000 WIDGET_MIGRATE_KILLS=5 go test -tags envtest -count=1 -timeout=60m -run 'TestCrashAndResume' -v ./internal/migrate/ | grep -E '^(=== RUN|--- |PASS|FAIL|ok)|crash_test'
 
 # -cpu of the conversion benchmark: 1 (the algorithm alone) and every core (the handler also

@@ -73,7 +73,12 @@ type WidgetSpec struct {
 	// image is the container image the pods run.
 	// +required
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:XValidation:rule="self.trim() != ''",message="image must not be empty"
+	// The reference grammar the kubelet parses with (github.com/distribution/reference,
+	// ParseNormalizedNamed, and the digests go-digest accepts), so that the apiserver refuses a
+	// reference the kubelet could never pull without calling our webhook.
+	// +kubebuilder:validation:XValidation:rule="self.trim() == '' || (self.matches('^(?:(?:(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:[.](?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*|[[][a-fA-F0-9:]+[]])(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*)*(?::[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,127})?(?:@(?:sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128}))?$') && !self.matches('^[a-f0-9]{64}$'))",message="image must be a container image reference such as registry.example.com/team/server:v1.2.3 (a lowercase repository path, an optional :tag, an optional @sha256: digest); the kubelet would refuse to pull it"
 	Image string `json:"image,omitempty"`
 
 	// timeout is the request timeout as a Go duration ("30s", "1m30s", "1.5s"), positive and
@@ -89,6 +94,10 @@ type WidgetSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 63 && k.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))",message="endpoint names must be DNS labels"
+	// Each endpoint is a port of the Widget's container and of its Service, where the apiserver
+	// refuses a port listed twice: the controller could never apply such a Widget. (A message that
+	// names the endpoints is over the apiserver's estimated cost limit for messageExpression.)
+	// +kubebuilder:validation:XValidation:rule="self.all(k, self.all(j, j == k || self[j].port != self[k].port))",message="two endpoints list the same port; a Widget container and Service cannot list a port twice"
 	Endpoints map[string]EndpointSpec `json:"endpoints,omitzero"` //nolint:kubeapilinter // nomaps: v1's map keyed by name is the reason v1 exists (unique names by construction); v1alpha1 keeps the list
 
 	// paused stops the controller from rolling out changes; the Deployment is paused too.

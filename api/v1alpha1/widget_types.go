@@ -32,7 +32,12 @@ type WidgetSpec struct {
 	// image is the container image the pods run.
 	// +required
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:XValidation:rule="self.trim() != ''",message="image must not be empty"
+	// The reference grammar the kubelet parses with (github.com/distribution/reference,
+	// ParseNormalizedNamed, and the digests go-digest accepts), so that the apiserver refuses a
+	// reference the kubelet could never pull without calling our webhook.
+	// +kubebuilder:validation:XValidation:rule="self.trim() == '' || (self.matches('^(?:(?:(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:[.](?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*|[[][a-fA-F0-9:]+[]])(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*)*(?::[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,127})?(?:@(?:sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128}))?$') && !self.matches('^[a-f0-9]{64}$'))",message="image must be a container image reference such as registry.example.com/team/server:v1.2.3 (a lowercase repository path, an optional :tag, an optional @sha256: digest); the kubelet would refuse to pull it"
 	Image string `json:"image,omitempty"`
 
 	// timeoutSeconds is the request timeout in whole seconds (v1 holds it as a duration).
@@ -48,6 +53,10 @@ type WidgetSpec struct {
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=64
+	// Each endpoint is a port of the Widget's container and of its Service, where the apiserver
+	// refuses a port listed twice: the controller could never apply such a Widget. (A message that
+	// names the endpoints is over the apiserver's estimated cost limit for messageExpression.)
+	// +kubebuilder:validation:XValidation:rule="self.all(e, self.filter(f, f.port == e.port).size() == 1)",message="two endpoints list the same port; a Widget container and Service cannot list a port twice"
 	Endpoints []Endpoint `json:"endpoints,omitzero"` //nolint:kubeapilinter // optionalfields: omitzero, not omitempty, keeps an empty list apart from no list (both round-trip through v1)
 }
 

@@ -31,7 +31,8 @@ import (
 // does), garbage-collected in the foreground and orphaned, and their namespace deleted; a
 // write that changes a spec is still refused (the webhooks are in the path, so the admitted
 // writes above were not admitted by accident), and a write through v1 names only the
-// validating webhook (the defaulter has nothing to do for v1 and is not called). Through
+// validating webhook (the defaulter has nothing to do for v1 and is not called). What the
+// validating webhook refused before, the CRD's CEL rules refuse with nothing answering. Through
 // v1alpha1 at initial and through v1 at remove: one version served each time, so no
 // conversion is involved, only admission.
 func TestDeletionNeverWaitsOnTheWebhooks(t *testing.T) {
@@ -103,6 +104,28 @@ func deletionWithoutWebhooks(t *testing.T, stage crd.Stage, version, size, refus
 		}
 		return nil
 	})
+
+	// Validation needs no pod: what the validating webhook used to refuse, the CRD's rules now
+	// refuse in the apiserver, before any webhook is called, in the request version's terms.
+	endpoints := any([]any{map[string]any{"name": "http", "port": int64(8080)}, map[string]any{"name": "web", "port": int64(8080)}})
+	if version == "v1" {
+		endpoints = map[string]any{"http": map[string]any{"port": int64(8080)}, "web": map[string]any{"port": int64(8080)}}
+	}
+	for _, bad := range []struct {
+		name, field string
+		value       any
+		want        string
+	}{
+		{"bad-image", "image", "team/Server:v1", "spec.image: Invalid value: \"team/Server:v1\": image must be a container image reference"},
+		{"bad-ports", "endpoints", endpoints, "spec.endpoints: Invalid value: two endpoints list the same port"},
+	} {
+		u := widget(bad.name)
+		u.Object["spec"].(map[string]any)[bad.field] = bad.value
+		err := env.Client.Create(ctx, u)
+		if err == nil || !strings.Contains(err.Error(), bad.want) || strings.Contains(err.Error(), "failed calling webhook") {
+			t.Errorf("%s with the webhooks unreachable: got %v, want the CRD's refusal %q", bad.name, err, bad.want)
+		}
+	}
 
 	// A finalizer removed from a Widget being deleted, as kubectl patch does it.
 	if err := env.Client.Delete(ctx, widget(finalized.GetName())); err != nil {

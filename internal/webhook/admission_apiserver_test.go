@@ -93,7 +93,7 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 
 	t.Run("refusals name the field of the request version", func(t *testing.T) {
 		err := c.Create(ctx, &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "adm", Name: "bad-a"}, Spec: v1alpha1.WidgetSpec{Image: "Not An Image"}})
-		if err == nil || !strings.Contains(err.Error(), "spec.image") || !strings.Contains(err.Error(), "not a container image reference") {
+		if err == nil || !strings.Contains(err.Error(), "spec.image") || !strings.Contains(err.Error(), "must be a container image reference") {
 			t.Errorf("v1alpha1: got %v", err)
 		}
 		err = c.Create(ctx, &v1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "adm", Name: "bad-b"}, Spec: v1.WidgetSpec{Image: "upper/Case:1"}})

@@ -25,14 +25,16 @@ import (
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
 
-// legacyImage is legal for the CRD schema but not an image reference (uppercase repository
-// path), so the validating webhook refuses it in a create or as a new value.
+// legacyImage is not an image reference (uppercase repository path): the CRD's image rule
+// and the validating webhook refuse it in a create or as a new value. An older CRD, without
+// the rule, let it in.
 const legacyImage = "team/Server:v1"
 
-// TestLegacyWidgetIsMigratedAndDeleted: a Widget stored while the admission webhooks were
-// absent, with an image they refuse, is still migrated to the new storage version, loses
-// its finalizer (the controller's update is admitted) and is deleted; only a change of the
-// invalid field itself is refused.
+// TestLegacyWidgetIsMigratedAndDeleted: a Widget stored under an older CRD without the image
+// rule while the admission webhooks were absent, with an image both now refuse, is still
+// migrated to the new storage version, loses its finalizer (the controller's update is
+// admitted) and is deleted; only a change of the invalid field itself is refused (the
+// apiserver's CRD validation ratcheting, and the webhook's own).
 func TestLegacyWidgetIsMigratedAndDeleted(t *testing.T) {
 	const ns = "legacy"
 	env, op, manager := startOperator(t, ns)
@@ -40,6 +42,7 @@ func TestLegacyWidgetIsMigratedAndDeleted(t *testing.T) {
 	c, seen := warningClient(t, env)
 
 	restore := removeWebhookConfigurations(t, env.Client)
+	setImageRule(t, env.Client, false)
 	legacy := &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "legacy"}, Spec: v1alpha1.WidgetSpec{Image: legacyImage}}
 	// Until the apiserver has noticed the removal, the webhook refuses the create.
 	testenv.Eventually(t, 30*time.Second, "create the legacy Widget with the webhooks gone", func() error {
@@ -57,10 +60,22 @@ func TestLegacyWidgetIsMigratedAndDeleted(t *testing.T) {
 		return nil
 	})
 	restore()
-	testenv.Eventually(t, 30*time.Second, "the webhook refuses the image again", func() error {
+	setImageRule(t, env.Client, true)
+	testenv.Eventually(t, 30*time.Second, "the CRD refuses the image again", func() error {
 		probe := &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe"}, Spec: v1alpha1.WidgetSpec{Image: legacyImage}}
-		if err := c.Create(ctx, probe, client.DryRunAll); err == nil || !strings.Contains(err.Error(), "not a container image reference") {
+		if err := c.Create(ctx, probe, client.DryRunAll); err == nil || !strings.Contains(err.Error(), "must be a container image reference") {
 			return fmt.Errorf("dry-run create: %w", err)
+		}
+		return nil
+	})
+	testenv.Eventually(t, 30*time.Second, "the validating webhook answers again", func() error {
+		seen.take()
+		probe := &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe"}, Spec: v1alpha1.WidgetSpec{Image: "srv"}}
+		if err := c.Create(ctx, probe, client.DryRunAll); err != nil {
+			return err
+		}
+		if got := seen.take(); !strings.Contains(got, "has no tag") {
+			return fmt.Errorf("warnings %q", got)
 		}
 		return nil
 	})
@@ -121,6 +136,31 @@ func TestLegacyWidgetIsMigratedAndDeleted(t *testing.T) {
 			}
 			return nil
 		})
+	})
+}
+
+// setImageRule puts the CRD's image-grammar rule back into both versions of the live CRD, or
+// takes it out, as an older chart's CRD had it.
+func setImageRule(t *testing.T, c client.Client, present bool) {
+	t.Helper()
+	want := crd.Widget()
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("set the CRD's image rule (present %v)", present), func() error {
+		live := &apiextensionsv1.CustomResourceDefinition{}
+		if err := c.Get(context.Background(), client.ObjectKey{Name: crd.WidgetName}, live); err != nil {
+			return err
+		}
+		for i := range live.Spec.Versions {
+			image := live.Spec.Versions[i].Schema.OpenAPIV3Schema.Properties["spec"].Properties["image"]
+			rules := crd.Version(want, live.Spec.Versions[i].Name).Schema.OpenAPIV3Schema.Properties["spec"].Properties["image"].XValidations
+			if !present {
+				rules = slices.DeleteFunc(slices.Clone(rules), func(r apiextensionsv1.ValidationRule) bool {
+					return strings.Contains(r.Rule, "matches(")
+				})
+			}
+			image.XValidations = rules
+			live.Spec.Versions[i].Schema.OpenAPIV3Schema.Properties["spec"].Properties["image"] = image
+		}
+		return c.Update(context.Background(), live)
 	})
 }
 

@@ -236,7 +236,7 @@ func (m *Manager) waitReady(timeout time.Duration) error {
 	for !m.Ready() {
 		select {
 		case <-m.Exited():
-			return fmt.Errorf("widgetenv: widget-manager exited before it was ready (%v); log %s ends:\n%s",
+			return fmt.Errorf("widgetenv: widget-manager exited before it was ready (%w); log %s ends:\n%s",
 				m.ExitErr(), m.LogFile, m.LogTail(10))
 		default:
 		}
