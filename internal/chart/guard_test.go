@@ -21,7 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/runbooks"
 	"github.com/widgetry/widget-operator/internal/testenv"
+	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 	"github.com/widgetry/widget-operator/internal/testenv/testcerts"
 	"github.com/widgetry/widget-operator/internal/upgrade"
 )
@@ -382,10 +384,11 @@ func TestStageGuardBypassesAndBreakGlass(t *testing.T) {
 		unchanged(t, before)
 	})
 	t.Run("break-glass: the outage procedure and its way back", func(t *testing.T) {
-		out, err := g.env.Kubectl(t, "patch", "crd", crd.WidgetName, "--type=merge", "-p",
-			`{"metadata":{"annotations":{"widgetry.io/break-glass":"INC-1: conversion webhook down"}},"spec":{"conversion":{"strategy":"None","webhook":null}}}`)
+		// The commands of the conversion-outage runbook, as written.
+		breakGlass := runbookLine(t, outageRunbook, `"strategy":"None"`)
+		out, err := g.env.Shell(t, breakGlass)
 		if err != nil {
-			t.Fatalf("break-glass refused: %v\n%s", err, out)
+			t.Fatalf("the runbook's break-glass patch refused: %v\n%s", err, out)
 		}
 		if s := g.live().Spec.Conversion.Strategy; s != apiextensionsv1.NoneConverter {
 			t.Fatalf("conversion %s after the break-glass patch", s)
@@ -396,16 +399,34 @@ func TestStageGuardBypassesAndBreakGlass(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if !strings.Contains(string(b), `"widgets.widgetry.io-stage-guard/break-glass":"INC-1: conversion webhook down"`) {
+			if !strings.Contains(string(b), `"widgets.widgetry.io-stage-guard/break-glass":"conversion webhook outage since `) {
 				return fmt.Errorf("not in the audit log (%d bytes)", len(b))
 			}
 			return nil
 		})
-		// Removing the annotation first leaves the breach as it was: admitted (ratchet).
-		if out, err := g.env.Kubectl(t, "annotate", "crd", crd.WidgetName, "widgetry.io/break-glass-"); err != nil {
-			t.Fatalf("removing the annotation: %v\n%s", err, out)
+		// The restore, as helm upgrade renders it, repairs the breach: admitted with or without
+		// break-glass; then the runbook's removal of the annotation, which the guard admits.
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			c := g.live()
+			c.Spec.Conversion = g.at(crd.StageMigrate).Spec.Conversion
+			return g.env.Client.Update(t.Context(), c)
+		})
+		if err != nil {
+			t.Fatalf("restoring the conversion webhook: %v", err)
 		}
-		// Restoring the webhook repairs it: admitted without break-glass.
+		if out, err := g.env.Shell(t, runbookLine(t, outageRunbook, "widgetry.io/break-glass-")); err != nil {
+			t.Fatalf("the runbook's removal of the annotation: %v\n%s", err, out)
+		}
+		if a, ok := g.live().Annotations["widgetry.io/break-glass"]; ok {
+			t.Errorf("the break-glass annotation %q is still there after the restore", a)
+		}
+		// Removing the annotation first leaves the breach as it was: admitted (ratchet).
+		if out, err := g.env.Shell(t, breakGlass); err != nil {
+			t.Fatalf("break-glass again: %v\n%s", err, out)
+		}
+		if out, err := g.env.Kubectl(t, "annotate", "crd", crd.WidgetName, "widgetry.io/break-glass-"); err != nil {
+			t.Fatalf("removing the annotation before the restore: %v\n%s", err, out)
+		}
 		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			c := g.live()
 			c.Spec.Conversion = g.at(crd.StageMigrate).Spec.Conversion
@@ -458,4 +479,27 @@ func TestStageGuardBypassesAndBreakGlass(t *testing.T) {
 		}
 	})
 	g.delete()
+}
+
+// outageRunbook is the page whose break-glass the guard must let through.
+const outageRunbook = "procedures/conversion-webhook-outage.md"
+
+// runbookLine returns the one command line of page holding want, with the assignments of its
+// block before it: the script on-call runs.
+func runbookLine(t *testing.T, page, want string) string {
+	t.Helper()
+	lines, err := runbooks.Lines(filepath.Join(prereq.RepoRoot(t), "runbooks"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	for _, l := range lines {
+		if l.File == page && strings.Contains(l.Command, want) {
+			found = append(found, strings.Join(append(slices.Clone(l.Assignments), l.Command), "\n"))
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("runbooks/%s has %d command lines with %q, want 1", page, len(found), want)
+	}
+	return found[0]
 }

@@ -264,3 +264,20 @@ func (e *Env) Kubectl(tb testing.TB, args ...string) (stdout string, err error) 
 	}
 	return out.String(), nil
 }
+
+// Shell runs script with bash as on-call would from a runbook: kubectl on the PATH and
+// KUBECONFIG pointing at this Env.
+func (e *Env) Shell(tb testing.TB, script string) (stdout string, err error) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), kubectlTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.Kubeconfig, "PATH="+e.AssetsDir+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"KUBECACHEDIR="+filepath.Join(e.Dir, "kubectl-cache"))
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("bash -c %q: %w: %s", script, err, strings.TrimSpace(errOut.String()))
+	}
+	return out.String(), nil
+}
