@@ -4,6 +4,7 @@ package chart
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,11 +16,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/widgetry/widget-operator/internal/controller"
 	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/monitoring"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/testcerts"
 )
@@ -28,11 +31,13 @@ import (
 // as rendered, on a real apiserver with kube-controller-manager attached, pointed at a port
 // where nothing listens: every pod of ours gone. Widgets created beforehand can still be
 // deleted with a finalizer on them (removed by a merge patch, as the stuck-finalizers runbook
-// does), garbage-collected in the foreground and orphaned, and their namespace deleted; a
-// write that changes a spec is still refused (the webhooks are in the path, so the admitted
-// writes above were not admitted by accident), and a write through v1 names only the
-// validating webhook (the defaulter has nothing to do for v1 and is not called). What the
-// validating webhook refused before, the CRD's CEL rules refuse with nothing answering. Through
+// does), garbage-collected in the foreground and orphaned, and their namespace deleted. A
+// spec change through v1alpha1 is refused by the mutating webhook (failurePolicy Fail: the
+// webhooks are in the path, so the admitted writes above were not admitted by accident); one
+// through v1 is admitted, the apiserver failing open past the validating webhook
+// (failurePolicy Ignore; its fail-open counter shows the call), and the defaulter, which has
+// nothing to do for v1, is not called. What the validating webhook refuses, the CRD's CEL
+// rules refuse with nothing answering. Through
 // v1alpha1 at initial and through v1 at remove: one version served each time, so no
 // conversion is involved, only admission.
 func TestDeletionNeverWaitsOnTheWebhooks(t *testing.T) {
@@ -40,10 +45,10 @@ func TestDeletionNeverWaitsOnTheWebhooks(t *testing.T) {
 		stage    crd.Stage
 		version  string
 		size     string
-		refusing string // the webhook a spec change through version fails on first
+		refusing string // the webhook a spec change through version fails on, "" for none
 	}{
-		{crd.StageInitial, "v1alpha1", "replicas", "mutate.widgets.widgetry.io"},
-		{crd.StageRemove, "v1", "size", "validate.widgets.widgetry.io"},
+		{crd.StageInitial, "v1alpha1", "replicas", monitoring.MutatingWebhookName},
+		{crd.StageRemove, "v1", "size", ""},
 	} {
 		t.Run(tc.version, func(t *testing.T) { deletionWithoutWebhooks(t, tc.stage, tc.version, tc.size, tc.refusing) })
 	}
@@ -91,19 +96,37 @@ func deletionWithoutWebhooks(t *testing.T, stage crd.Stage, version, size, refus
 	orphan := create(owned("orphan", orphanOwner))
 	inNamespace := create(widget("in-namespace", controller.Finalizer))
 
+	failedOpen := failOpens(t, env, monitoring.ValidatingWebhookName)
 	installUnreachableWebhooks(t, env)
-	// The webhooks are in the path: a spec change is refused while nothing answers them, and
-	// through v1 the refusal names the validating webhook (the defaulter is not called).
-	testenv.Eventually(t, 30*time.Second, "a spec change refused by the unreachable "+refusing, func() error {
-		err := env.Client.Patch(ctx, widget(finalized.GetName()), client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{%q:1}}`, size)))
-		switch {
-		case err == nil:
-			return fmt.Errorf("a spec change was admitted with no webhook answering")
-		case !strings.Contains(err.Error(), `failed calling webhook "`+refusing+`"`):
-			return fmt.Errorf("refused, but not first by %s: %w", refusing, err)
-		}
-		return nil
-	})
+	specChange := func() error {
+		return env.Client.Patch(ctx, widget(finalized.GetName()), client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{%q:1}}`, size)))
+	}
+	if refusing != "" {
+		// The webhooks are in the path: a spec change through v1alpha1 is refused while
+		// nothing answers the defaulter.
+		testenv.Eventually(t, 30*time.Second, "a spec change refused by the unreachable "+refusing, func() error {
+			err := specChange()
+			switch {
+			case err == nil:
+				return fmt.Errorf("a spec change was admitted with no webhook answering")
+			case !strings.Contains(err.Error(), `failed calling webhook "`+refusing+`"`):
+				return fmt.Errorf("refused, but not first by %s: %w", refusing, err)
+			}
+			return nil
+		})
+	} else {
+		// Through v1 the write is admitted: the apiserver called the validating webhook,
+		// failed, and failed open (the defaulter is not called at all).
+		testenv.Eventually(t, 30*time.Second, "a spec change through "+version+" admitted past the unreachable validating webhook", func() error {
+			if err := specChange(); err != nil {
+				return fmt.Errorf("refused: %w", err)
+			}
+			if n := failOpens(t, env, monitoring.ValidatingWebhookName); n <= failedOpen {
+				return fmt.Errorf("admitted, but the apiserver's fail-open count of %s is %v, as before: the webhook was not in the path yet", monitoring.ValidatingWebhookName, n)
+			}
+			return nil
+		})
+	}
 
 	// Validation needs no pod: what the validating webhook used to refuse, the CRD's rules now
 	// refuse in the apiserver, before any webhook is called, in the request version's terms.
@@ -242,4 +265,30 @@ func gone(t *testing.T, env *testenv.Env, version, name, ns string) {
 		}
 		return fmt.Errorf("still there: deletionTimestamp %v, finalizers %v", u.GetDeletionTimestamp(), u.GetFinalizers())
 	})
+}
+
+// failOpens reads the apiserver's apiserver_admission_webhook_fail_open_count of the webhook
+// named name: the calls that failed and let the request through (failurePolicy Ignore).
+func failOpens(t *testing.T, env *testenv.Env, name string) float64 {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
+	if err != nil {
+		t.Fatalf("the apiserver's /metrics: %v", err)
+	}
+	var total float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "apiserver_admission_webhook_fail_open_count{") || !strings.Contains(line, `name="`+name+`"`) {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+		if err != nil {
+			t.Fatalf("parsing %q: %v", line, err)
+		}
+		total += v
+	}
+	return total
 }

@@ -214,7 +214,12 @@ var valueCases = []valueCase{{
 			if err := json.Unmarshal(b, &wh); err != nil {
 				t.Fatal(err)
 			}
-			if *wh.FailurePolicy != admissionregistrationv1.Fail || *wh.SideEffects != admissionregistrationv1.SideEffectClassNone ||
+			// The mutating webhook keeps what v1alpha1 writers cannot see: without it such a
+			// write would lose it, so it fails closed. The validating one only adds to the CRD's
+			// rules: it fails open.
+			policy := map[string]admissionregistrationv1.FailurePolicyType{
+				"MutatingWebhookConfiguration": admissionregistrationv1.Fail, "ValidatingWebhookConfiguration": admissionregistrationv1.Ignore}[kind]
+			if *wh.FailurePolicy != policy || *wh.SideEffects != admissionregistrationv1.SideEffectClassNone ||
 				*wh.TimeoutSeconds != 10 || *wh.MatchPolicy != admissionregistrationv1.Equivalent ||
 				!slices.Equal(wh.AdmissionReviewVersions, []string{"v1"}) || !slices.Equal(wh.Rules[0].APIVersions, []string{"v1alpha1", "v1"}) ||
 				wh.ClientConfig.Service.Name != "widget-operator-webhook" || wh.ClientConfig.CABundle != nil {

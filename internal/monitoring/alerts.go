@@ -139,20 +139,24 @@ sum by (crd_name) (rate(apiserver_crd_conversion_webhook_duration_seconds_count{
 			name: AlertAdmissionWebhookErrors,
 			// Only the apiserver sees these: controller-runtime answers HTTP 200 even for a
 			// review it errored, and a call that fails (TLS trust, no endpoints, timeout) never
-			// reaches the manager. Both webhooks are failurePolicy Fail, so each error is a
-			// refused Widget write. A denial (error_type no_error with a 4xx code) is validation
-			// doing its job and does not count; a 5xx answer (a recovered panic) does.
+			// reaches the manager. The mutating webhook is failurePolicy Fail, so each of its
+			// errors is a refused write (a rejection); the validating one is Ignore, so each of
+			// its errors is a write admitted without it (a fail-open). A denial (error_type
+			// no_error with a 4xx code) is validation doing its job and does not count; a 5xx
+			// answer (a recovered panic) does.
 			expr: `sum by (name, type) (
     rate(apiserver_admission_webhook_rejection_count{name=~"{{admission_webhooks}}",error_type=~"calling_webhook_error|apiserver_internal_error"}[5m])
   or
     rate(apiserver_admission_webhook_rejection_count{name=~"{{admission_webhooks}}",rejection_code=~"5.."}[5m])
+  or
+    rate(apiserver_admission_webhook_fail_open_count{name=~"{{admission_webhooks}}"}[5m])
 )
   /
 sum by (name, type) (rate(apiserver_admission_webhook_request_total{name=~"{{admission_webhooks}}"}[5m]))
   > 0.05`,
 			dur: "10m", severity: SeverityCritical,
 			summary:     "The apiserver's calls to a Widget admission webhook fail.",
-			description: "{{ $value | humanizePercentage }} of the apiserver's calls to admission webhook {{ $labels.name }} ({{ $labels.type }}) failed in the last 5 minutes: unreachable, TLS trust, timeout, or answered with a server error. The webhook's failurePolicy is Fail, so those Widget writes were refused.",
+			description: "{{ $value | humanizePercentage }} of the apiserver's calls to admission webhook {{ $labels.name }} ({{ $labels.type }}) failed in the last 5 minutes: unreachable, TLS trust, timeout, or answered with a server error. Through the mutating webhook (failurePolicy Fail) those Widget writes were refused; through the validating one (failurePolicy Ignore) they were admitted with the CRD's own rules only, without its warnings.",
 		}, {
 			name: AlertAdmissionWebhookSlow,
 			// The apiserver's view includes the network and TLS; every Widget write (the mutating

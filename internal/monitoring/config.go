@@ -27,7 +27,8 @@ const (
 	DefaultCertificate = "widget-operator-serving"
 	// MutatingWebhookName and ValidatingWebhookName are the webhooks of the chart's
 	// Mutating- and ValidatingWebhookConfiguration: the name label of the apiserver's
-	// apiserver_admission_webhook_* metrics. Both are failurePolicy Fail.
+	// apiserver_admission_webhook_* metrics. The mutating one is failurePolicy Fail, the
+	// validating one Ignore (the CRD's CEL rules refuse what it would).
 	MutatingWebhookName   = "mutate.widgets.widgetry.io"
 	ValidatingWebhookName = "validate.widgets.widgetry.io"
 	// ManagerContainers are the containers of a manager pod (the chart's manager, serving the

@@ -261,7 +261,7 @@ func webhooks() dashboardSpec {
 				queries: []query{{expr: `sum by (from_version, to_version) (rate(widget_conversion_objects_total{` + mgr + `}[` + rateWindow + `]))`, legend: "{{from_version}} → {{to_version}}"}},
 			}, {
 				kind: kindTimeseries, title: "Admission calls by webhook and code (apiserver)", unit: units.RequestsPerSecond, min: zero(), w: 8, h: 8,
-				desc:    "The apiserver's calls to the defaulting (" + MutatingWebhookName + ", UPDATE only) and validating (" + ValidatingWebhookName + ") webhooks per second, by the code it recorded: 200 allowed, 4xx denied by validation (normal), 5xx or 0 an error (the write was refused: failurePolicy Fail).",
+				desc:    "The apiserver's calls to the defaulting (" + MutatingWebhookName + ", UPDATE only) and validating (" + ValidatingWebhookName + ") webhooks per second, by the code it recorded: 200 allowed, 4xx denied by validation (normal), 5xx or 0 an error (the mutating webhook's write was refused, failurePolicy Fail; the validating webhook's admitted without it, failurePolicy Ignore).",
 				steps:   []step{base(green)},
 				queries: []query{{expr: `sum by (name, code) (rate(apiserver_admission_webhook_request_total{` + apiAdmission + `}[` + rateWindow + `]))`, legend: "{{name}} {{code}}"}},
 			}},
@@ -269,13 +269,13 @@ func webhooks() dashboardSpec {
 			title: "Errors",
 			panels: []panel{{
 				kind: kindTimeseries, title: "Error ratio", unit: units.PercentUnit, min: zero(), w: 12, h: 8,
-				desc: "Share of requests that did not succeed: conversion at the manager, conversion at the apiserver (includes TLS and connection failures that never reach the manager), and the apiserver's admission calls per webhook that failed (calling errors, internal errors, 5xx answers; denials are not errors). " +
+				desc: "Share of requests that did not succeed: conversion at the manager, conversion at the apiserver (includes TLS and connection failures that never reach the manager), and the apiserver's admission calls per webhook that failed (calling errors, internal errors, 5xx answers, fail-opens of the validating webhook; denials are not errors). " +
 					"Conversion above 5% for 10 minutes fires WidgetConversionWebhookErrors, admission WidgetAdmissionWebhookErrors.",
 				steps: []step{base(green), at(0.05, red)},
 				queries: []query{
 					{expr: `(sum(rate(widget_conversion_requests_total{` + mgr + `,result!="success"}[` + rateWindow + `])) or vector(0)) / sum(rate(widget_conversion_requests_total{` + mgr + `}[` + rateWindow + `]))`, legend: "conversion (manager)"},
 					{expr: `(sum(rate(apiserver_crd_conversion_webhook_duration_seconds_count{` + crd + `,succeeded="false"}[` + rateWindow + `])) or vector(0)) / sum(rate(apiserver_crd_conversion_webhook_duration_seconds_count{` + crd + `}[` + rateWindow + `]))`, legend: "conversion (apiserver)"},
-					{expr: `(sum by (name) (rate(apiserver_admission_webhook_rejection_count{` + apiAdmission + `,error_type=~"calling_webhook_error|apiserver_internal_error"}[` + rateWindow + `]) or rate(apiserver_admission_webhook_rejection_count{` + apiAdmission + `,rejection_code=~"5.."}[` + rateWindow + `])) or ` + admissionCalls + ` * 0) / ` + admissionCalls, legend: "admission {{name}} (apiserver)"},
+					{expr: `(sum by (name) (rate(apiserver_admission_webhook_rejection_count{` + apiAdmission + `,error_type=~"calling_webhook_error|apiserver_internal_error"}[` + rateWindow + `]) or rate(apiserver_admission_webhook_rejection_count{` + apiAdmission + `,rejection_code=~"5.."}[` + rateWindow + `]) or rate(apiserver_admission_webhook_fail_open_count{` + apiAdmission + `}[` + rateWindow + `])) or ` + admissionCalls + ` * 0) / ` + admissionCalls, legend: "admission {{name}} (apiserver)"},
 				},
 			}, {
 				kind: kindTimeseries, title: "Conversion failures by reason", unit: units.RequestsPerSecond, min: zero(), w: 12, h: 8,

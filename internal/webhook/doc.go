@@ -7,8 +7,11 @@
 // For a create or update of a Widget the apiserver runs every mutating admission webhook,
 // then applies the CRD schema's defaults to what they changed, then every validating
 // admission webhook; the chart registers both of ours with matchPolicy Equivalent, so a
-// request through either version reaches them, and failurePolicy Fail, so a write is refused
-// rather than let through unchecked while the webhooks are down. Their matchConditions keep
+// request through either version reaches them. Their failurePolicy follows from what each
+// protects: the mutating webhook's is Fail, since an update through v1alpha1 without it would
+// drop what that version cannot express; the validating webhook's is Ignore, since the CRD's
+// CEL rules refuse everything it refuses but the normalized-name length, so while our pods are
+// down a write fails open to the CRD's rules rather than fail. Their matchConditions keep
 // the apiserver from calling them for what neither could change: an UPDATE that leaves the
 // spec and the annotations as they were (finalizers, ownerReferences: the writes of deletion
 // and garbage collection, which must not wait on our pods), and, for the mutating webhook, any

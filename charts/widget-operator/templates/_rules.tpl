@@ -75,6 +75,8 @@ groups:
               rate(apiserver_admission_webhook_rejection_count{name=~"mutate\\.widgets\\.widgetry\\.io|validate\\.widgets\\.widgetry\\.io",error_type=~"calling_webhook_error|apiserver_internal_error"}[5m])
             or
               rate(apiserver_admission_webhook_rejection_count{name=~"mutate\\.widgets\\.widgetry\\.io|validate\\.widgets\\.widgetry\\.io",rejection_code=~"5.."}[5m])
+            or
+              rate(apiserver_admission_webhook_fail_open_count{name=~"mutate\\.widgets\\.widgetry\\.io|validate\\.widgets\\.widgetry\\.io"}[5m])
           )
             /
           sum by (name, type) (rate(apiserver_admission_webhook_request_total{name=~"mutate\\.widgets\\.widgetry\\.io|validate\\.widgets\\.widgetry\\.io"}[5m]))
@@ -83,7 +85,7 @@ groups:
         labels:
           severity: critical
         annotations:
-          description: '{{ "{{" }} $value | humanizePercentage {{ "}}" }} of the apiserver''s calls to admission webhook {{ "{{" }} $labels.name {{ "}}" }} ({{ "{{" }} $labels.type {{ "}}" }}) failed in the last 5 minutes: unreachable, TLS trust, timeout, or answered with a server error. The webhook''s failurePolicy is Fail, so those Widget writes were refused.'
+          description: '{{ "{{" }} $value | humanizePercentage {{ "}}" }} of the apiserver''s calls to admission webhook {{ "{{" }} $labels.name {{ "}}" }} ({{ "{{" }} $labels.type {{ "}}" }}) failed in the last 5 minutes: unreachable, TLS trust, timeout, or answered with a server error. Through the mutating webhook (failurePolicy Fail) those Widget writes were refused; through the validating one (failurePolicy Ignore) they were admitted with the CRD''s own rules only, without its warnings.'
           runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetAdmissionWebhookErrors.md
           summary: The apiserver's calls to a Widget admission webhook fail.
       - alert: WidgetAdmissionWebhookSlow

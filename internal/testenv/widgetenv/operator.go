@@ -132,7 +132,7 @@ func installWebhookConfigurations(tb testing.TB, c client.Client, url func(path 
 		ObjectMeta: metav1.ObjectMeta{Name: "widget-operator"},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
 			Name: "validate.widgets.widgetry.io", Rules: rules, SideEffects: &sideEffects,
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail), MatchPolicy: ptr.To(admissionregistrationv1.Equivalent),
+			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore), // as the chart's MatchPolicy: ptr.To(admissionregistrationv1.Equivalent),
 			AdmissionReviewVersions: []string{"v1"}, TimeoutSeconds: ptr.To[int32](10), ClientConfig: config(webhook.ValidatePath),
 		}},
 	}
