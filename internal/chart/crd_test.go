@@ -12,6 +12,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/widgetry/widget-operator/internal/crd"
+
+	"github.com/widgetry/widget-operator/internal/chart/helmtemplate"
 )
 
 // TestCRDEveryStage renders the chart at every stage with Helm 3 and Helm 4 and compares the
@@ -21,14 +23,14 @@ func TestCRDEveryStage(t *testing.T) {
 	for name, helm := range helms(t) {
 		for _, stage := range crd.Stages {
 			t.Run(name+"/"+string(stage), func(t *testing.T) {
-				out, err := Render(RenderOptions{Helm: helm, Chart: chartDir, Values: map[string]any{"apiUpgrade": map[string]any{"stage": string(stage)}}})
+				out, err := helmtemplate.Render(helmtemplate.Options{Helm: helm, Chart: chartDir, Values: map[string]any{"apiUpgrade": map[string]any{"stage": string(stage)}}})
 				if err != nil {
 					t.Fatal(err)
 				}
 				if strings.Contains(string(out), "caBundle:") {
 					t.Error("the chart renders caBundle, which cainjector owns")
 				}
-				objs, err := Parse(out)
+				objs, err := helmtemplate.Parse(out)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -37,7 +39,7 @@ func TestCRDEveryStage(t *testing.T) {
 					t.Fatal("no Widget CRD rendered")
 				}
 				got := &apiextensionsv1.CustomResourceDefinition{}
-				if err := Into(u, got); err != nil {
+				if err := helmtemplate.Into(u, got); err != nil {
 					t.Fatal(err)
 				}
 				want := crd.Widget()

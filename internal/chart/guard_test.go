@@ -26,6 +26,8 @@ import (
 	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 	"github.com/widgetry/widget-operator/internal/testenv/testcerts"
 	"github.com/widgetry/widget-operator/internal/upgrade"
+
+	"github.com/widgetry/widget-operator/internal/chart/helmtemplate"
 )
 
 // storedAt is what status.storedVersions holds at each stage once its hooks have run (the
@@ -68,17 +70,17 @@ rules:
 		APIServerFlags: map[string]string{"audit-policy-file": policy, "audit-log-path": g.auditLog}})
 	objs := render(t, nil)
 	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
-		parts := objs.Kind(kind)
-		if len(parts) != 1 {
-			t.Fatalf("the chart renders %d %s, want 1", len(parts), kind)
+		part := objs.Get(kind, guardName)
+		if part == nil {
+			t.Fatalf("the chart renders no %s %s", kind, guardName)
 		}
-		if err := g.env.Client.Create(t.Context(), parts[0].DeepCopy()); err != nil {
+		if err := g.env.Client.Create(t.Context(), part.DeepCopy()); err != nil {
 			t.Fatalf("create %s: %v", kind, err)
 		}
 	}
 	// The policy's expressions type-check against the CRD type without a warning.
 	testenv.Eventually(t, 30*time.Second, "the stage guard type-checked", func() error {
-		u := objs.Kind("ValidatingAdmissionPolicy")[0].DeepCopy()
+		u := objs.Get("ValidatingAdmissionPolicy", guardName).DeepCopy()
 		if err := g.env.Client.Get(t.Context(), client.ObjectKeyFromObject(u), u); err != nil {
 			return err
 		}
@@ -109,7 +111,7 @@ func (g *guardEnv) at(stage crd.Stage) *apiextensionsv1.CustomResourceDefinition
 	g.t.Helper()
 	u := render(g.t, set("apiUpgrade.stage", string(stage))).Get("CustomResourceDefinition", crd.WidgetName)
 	c := &apiextensionsv1.CustomResourceDefinition{}
-	if err := Into(u, c); err != nil {
+	if err := helmtemplate.Into(u, c); err != nil {
 		g.t.Fatal(err)
 	}
 	return c
@@ -480,6 +482,10 @@ func TestStageGuardBypassesAndBreakGlass(t *testing.T) {
 	})
 	g.delete()
 }
+
+// guardName names the stage guard's policy and binding (the chart renders the warnings
+// policy beside them).
+const guardName = "widgets.widgetry.io-stage-guard"
 
 // outageRunbook is the page whose break-glass the guard must let through.
 const outageRunbook = "procedures/conversion-webhook-outage.md"

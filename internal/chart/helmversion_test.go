@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/widgetry/widget-operator/internal/chart/helmtemplate"
 )
 
 // TestOldHelmRefused: on a Helm older than the chart needs (3.18, the first with
@@ -34,13 +36,13 @@ func TestOldHelmRefused(t *testing.T) {
 		t.Fatalf("the relinked Helm reports %q", v)
 	}
 	// helm template renders with the capabilities helm install uses (no cluster needed).
-	_, err := Render(RenderOptions{Helm: old, Chart: chartDir})
+	_, err := helmtemplate.Render(helmtemplate.Options{Helm: old, Chart: chartDir})
 	if err == nil || !strings.Contains(err.Error(), "this chart needs Helm 3.18.0 or newer") || !strings.Contains(err.Error(), "this is Helm v3.17.3") {
 		t.Errorf("helm template on Helm 3.17.3: %v", err)
 	}
 	// The pinned Helm 3 (3.22) and Helm 4 pass the same check.
 	for name, helm := range helms(t) {
-		if _, err := Render(RenderOptions{Helm: helm, Chart: chartDir}); err != nil {
+		if _, err := helmtemplate.Render(helmtemplate.Options{Helm: helm, Chart: chartDir}); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}

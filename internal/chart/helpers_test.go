@@ -8,6 +8,8 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/widgetry/widget-operator/internal/testenv/prereq"
+
+	"github.com/widgetry/widget-operator/internal/chart/helmtemplate"
 )
 
 // yamlUnmarshal decodes YAML into v (a values file).
@@ -31,18 +33,18 @@ func helms(t *testing.T) map[string]string {
 }
 
 // render renders the chart with values using helm3 (or the given CLI) and parses it.
-func render(t *testing.T, values map[string]any, apis ...string) Objects {
+func render(t *testing.T, values map[string]any, apis ...string) helmtemplate.Objects {
 	t.Helper()
 	return renderWith(t, tool(t, "helm3"), values, apis...)
 }
 
-func renderWith(t *testing.T, helm string, values map[string]any, apis ...string) Objects {
+func renderWith(t *testing.T, helm string, values map[string]any, apis ...string) helmtemplate.Objects {
 	t.Helper()
-	out, err := Render(RenderOptions{Helm: helm, Chart: chartDir, Values: values, APIVersions: apis})
+	out, err := helmtemplate.Render(helmtemplate.Options{Helm: helm, Chart: chartDir, Values: values, APIVersions: apis})
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := Parse(out)
+	objs, err := helmtemplate.Parse(out)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}

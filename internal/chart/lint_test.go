@@ -11,6 +11,8 @@ import (
 
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/testenv/prereq"
+
+	"github.com/widgetry/widget-operator/internal/chart/helmtemplate"
 )
 
 // ciValues are chart-testing's value sets (charts/widget-operator/ci), linted and validated
@@ -75,9 +77,9 @@ func TestKubeconform(t *testing.T) {
 	helm := tool(t, "helm3")
 	dir := t.TempDir()
 	var renders []string
-	add := func(name string, o RenderOptions) {
-		o.Helm, o.Chart, o.APIVersions = helm, chartDir, MonitoringAPIs
-		out, err := Render(o)
+	add := func(name string, o helmtemplate.Options) {
+		o.Helm, o.Chart, o.APIVersions = helm, chartDir, helmtemplate.MonitoringAPIs
+		out, err := helmtemplate.Render(o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +90,7 @@ func TestKubeconform(t *testing.T) {
 		renders = append(renders, p)
 	}
 	for _, s := range crd.Stages {
-		add(string(s), RenderOptions{Values: map[string]any{"apiUpgrade": map[string]any{"stage": string(s)}}})
+		add(string(s), helmtemplate.Options{Values: map[string]any{"apiUpgrade": map[string]any{"stage": string(s)}}})
 	}
 	for _, f := range ciValues(t) {
 		b, err := os.ReadFile(f)
@@ -99,7 +101,7 @@ func TestKubeconform(t *testing.T) {
 		if err := yamlUnmarshal(b, &vals); err != nil {
 			t.Fatal(err)
 		}
-		add(strings.TrimSuffix(filepath.Base(f), ".yaml"), RenderOptions{Values: vals})
+		add(strings.TrimSuffix(filepath.Base(f), ".yaml"), helmtemplate.Options{Values: vals})
 	}
 	args := append([]string{"-strict", "-summary", "-output", "text",
 		"-schema-location", schemas + "/{{ .Group }}/{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json"}, renders...)

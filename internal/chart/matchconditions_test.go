@@ -25,6 +25,8 @@ import (
 	"github.com/widgetry/widget-operator/internal/monitoring"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/testcerts"
+
+	"github.com/widgetry/widget-operator/internal/chart/helmtemplate"
 )
 
 // TestDeletionNeverWaitsOnTheWebhooks registers the chart's admission webhook configurations,
@@ -58,7 +60,7 @@ func deletionWithoutWebhooks(t *testing.T, stage crd.Stage, version, size, refus
 	env := testenv.Start(t, testenv.Options{ControllerManager: true})
 	ctx := t.Context()
 	c := &apiextensionsv1.CustomResourceDefinition{}
-	if err := Into(render(t, set("apiUpgrade.stage", string(stage))).Get("CustomResourceDefinition", crd.WidgetName), c); err != nil {
+	if err := helmtemplate.Into(render(t, set("apiUpgrade.stage", string(stage))).Get("CustomResourceDefinition", crd.WidgetName), c); err != nil {
 		t.Fatal(err)
 	}
 	env.InstallCRDs(t, c)
@@ -228,11 +230,11 @@ func installUnreachableWebhooks(t *testing.T, env *testenv.Env) {
 		return admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + addr + ptr.Deref(c.Service.Path, "")), CABundle: ca}
 	}
 	m := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	if err := Into(objs.Kind("MutatingWebhookConfiguration")[0], m); err != nil {
+	if err := helmtemplate.Into(objs.Kind("MutatingWebhookConfiguration")[0], m); err != nil {
 		t.Fatal(err)
 	}
 	v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	if err := Into(objs.Kind("ValidatingWebhookConfiguration")[0], v); err != nil {
+	if err := helmtemplate.Into(objs.Kind("ValidatingWebhookConfiguration")[0], v); err != nil {
 		t.Fatal(err)
 	}
 	for i := range m.Webhooks {

@@ -12,6 +12,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/widgetry/widget-operator/internal/monitoring"
+
+	"github.com/widgetry/widget-operator/internal/chart/helmtemplate"
 )
 
 // TestMonitoringFollowsTheRelease: the names the alert rules and dashboards select on are the
@@ -21,11 +23,11 @@ import (
 func TestMonitoringFollowsTheRelease(t *testing.T) {
 	helm := tool(t, "helm3")
 	values := set("replicaCount", 3, "monitoring.job", "wo-prod", "monitoring.prometheusRule.enabled", true, "monitoring.dashboards.enabled", true)
-	out, err := Render(RenderOptions{Helm: helm, Chart: chartDir, Release: "shop", Values: values, APIVersions: MonitoringAPIs})
+	out, err := helmtemplate.Render(helmtemplate.Options{Helm: helm, Chart: chartDir, Release: "shop", Values: values, APIVersions: helmtemplate.MonitoringAPIs})
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := Parse(out)
+	objs, err := helmtemplate.Parse(out)
 	if err != nil {
 		t.Fatal(err)
 	}

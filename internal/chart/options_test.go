@@ -13,11 +13,13 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/widgetry/widget-operator/internal/chart/helmtemplate"
 )
 
 // eachPod runs check on every pod spec the chart creates (podSpecs), naming the pod in
 // failures.
-func eachPod(t *testing.T, objs Objects, check func(t *testing.T, what string, spec corev1.PodSpec)) {
+func eachPod(t *testing.T, objs helmtemplate.Objects, check func(t *testing.T, what string, spec corev1.PodSpec)) {
 	t.Helper()
 	specs := podSpecs(t, objs)
 	if len(specs) < 5 {
@@ -29,7 +31,7 @@ func eachPod(t *testing.T, objs Objects, check func(t *testing.T, what string, s
 }
 
 // hookPods are the pod specs of the hook Jobs and the test pod.
-func hookPods(t *testing.T, objs Objects, check func(t *testing.T, what string, spec corev1.PodSpec)) {
+func hookPods(t *testing.T, objs helmtemplate.Objects, check func(t *testing.T, what string, spec corev1.PodSpec)) {
 	t.Helper()
 	eachPod(t, objs, func(t *testing.T, what string, spec corev1.PodSpec) {
 		if what != "Deployment" {
@@ -54,7 +56,7 @@ const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef012345678
 // reaches every pod it should, the hook Jobs' and the test pod's included.
 var optionCases = []valueCase{{
 	name: "defaults: linux nodes, system-cluster-critical with its quota, ClusterFirst DNS, the restricted contexts",
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		eachPod(t, objs, func(t *testing.T, what string, spec corev1.PodSpec) {
 			if spec.NodeSelector["kubernetes.io/os"] != "linux" || spec.HostNetwork {
 				t.Errorf("%s: nodeSelector %v hostNetwork %t", what, spec.NodeSelector, spec.HostNetwork)
@@ -73,7 +75,7 @@ var optionCases = []valueCase{{
 			}
 		})
 		quota := &corev1.ResourceQuota{}
-		if err := Into(objs.Get("ResourceQuota", "widget-operator-critical-pods"), quota); err != nil {
+		if err := helmtemplate.Into(objs.Get("ResourceQuota", "widget-operator-critical-pods"), quota); err != nil {
 			t.Fatal(err)
 		}
 		sel := quota.Spec.ScopeSelector.MatchExpressions
@@ -92,7 +94,7 @@ var optionCases = []valueCase{{
 }, {
 	name: "no quota: another class, the quota off, or kube-system",
 	kv:   []any{"priorityClassName", "", "criticalPodsQuota.enabled", true, "criticalPodsQuota.pods", 20},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		if deployment(t, objs).Spec.Template.Spec.PriorityClassName != "" || len(objs.Kind("ResourceQuota")) != 0 {
 			t.Error("want no priorityClassName and no quota")
 		}
@@ -101,7 +103,7 @@ var optionCases = []valueCase{{
 			if values == nil {
 				ns = "kube-system"
 			}
-			out, err := Render(RenderOptions{Helm: tool(t, "helm3"), Chart: chartDir, Namespace: ns, Values: values})
+			out, err := helmtemplate.Render(helmtemplate.Options{Helm: tool(t, "helm3"), Chart: chartDir, Namespace: ns, Values: values})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,7 +118,7 @@ var optionCases = []valueCase{{
 }, {
 	name: "host network with its own ports",
 	kv:   []any{"hostNetwork", true, "webhook.port", 10260, "metrics.port", 10261, "manager.healthPort", 10262},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		pod := deployment(t, objs).Spec.Template.Spec
 		if !pod.HostNetwork || pod.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
 			t.Errorf("hostNetwork %t dnsPolicy %s", pod.HostNetwork, pod.DNSPolicy)
@@ -142,7 +144,7 @@ var optionCases = []valueCase{{
 }, {
 	name: "dnsPolicy",
 	kv:   []any{"hostNetwork", true, "dnsPolicy", "Default"},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		if p := deployment(t, objs).Spec.Template.Spec.DNSPolicy; p != corev1.DNSDefault {
 			t.Errorf("dnsPolicy %s", p)
 		}
@@ -151,7 +153,7 @@ var optionCases = []valueCase{{
 	name: "image registry and digest, pull secrets on every pod",
 	kv: []any{"image.registry", "registry.example.com/", "image.digest", digest,
 		"imagePullSecrets", []any{map[string]any{"name": "pull"}, map[string]any{"name": "mirror"}}},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		eachPod(t, objs, func(t *testing.T, what string, spec corev1.PodSpec) {
 			if img := spec.Containers[0].Image; img != "registry.example.com/localhost/widget-operator@"+digest {
 				t.Errorf("%s: image %s", what, img)
@@ -166,7 +168,7 @@ var optionCases = []valueCase{{
 		"hookPods.affinity", map[string]any{"nodeAffinity": map[string]any{"preferredDuringSchedulingIgnoredDuringExecution": []any{
 			map[string]any{"weight": 1, "preference": map[string]any{"matchExpressions": []any{map[string]any{"key": "pool", "operator": "In", "values": []any{"system"}}}}}}}},
 		"hookPods.priorityClassName", "system-cluster-critical"},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		hookPods(t, objs, func(t *testing.T, what string, spec corev1.PodSpec) {
 			// Helm merges maps: the default kubernetes.io/os stays beside pool.
 			if spec.NodeSelector["pool"] != "system" || spec.NodeSelector["kubernetes.io/os"] != "linux" || len(spec.Tolerations) != 1 ||
@@ -185,7 +187,7 @@ var optionCases = []valueCase{{
 	kv: []any{"zoneSpread", false, "topologySpreadConstraints", []any{
 		map[string]any{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"},
 		map[string]any{"maxSkew": 2, "topologyKey": "rack", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": map[string]any{"matchLabels": map[string]any{"app": "x"}}}}},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		tsc := deployment(t, objs).Spec.Template.Spec.TopologySpreadConstraints
 		if len(tsc) != 2 || tsc[0].TopologyKey != "kubernetes.io/hostname" || tsc[0].LabelSelector.MatchLabels["app.kubernetes.io/component"] != "manager" ||
 			tsc[1].TopologyKey != "rack" || len(tsc[1].LabelSelector.MatchLabels) != 1 || tsc[1].LabelSelector.MatchLabels["app"] != "x" {
@@ -198,9 +200,9 @@ var optionCases = []valueCase{{
 }, {
 	name: "budget by minAvailable",
 	kv:   []any{"podDisruptionBudget.minAvailable", 2, "replicaCount", 3},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		pdb := &policyv1.PodDisruptionBudget{}
-		if err := Into(objs.Get("PodDisruptionBudget", "widget-operator"), pdb); err != nil {
+		if err := helmtemplate.Into(objs.Get("PodDisruptionBudget", "widget-operator"), pdb); err != nil {
 			t.Fatal(err)
 		}
 		if pdb.Spec.MinAvailable.IntValue() != 2 || pdb.Spec.MaxUnavailable != nil {
@@ -210,9 +212,9 @@ var optionCases = []valueCase{{
 }, {
 	name: "budget by maxUnavailable",
 	kv:   []any{"podDisruptionBudget.maxUnavailable", "50%"},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		pdb := &policyv1.PodDisruptionBudget{}
-		if err := Into(objs.Get("PodDisruptionBudget", "widget-operator"), pdb); err != nil {
+		if err := helmtemplate.Into(objs.Get("PodDisruptionBudget", "widget-operator"), pdb); err != nil {
 			t.Fatal(err)
 		}
 		if pdb.Spec.MaxUnavailable.String() != "50%" || pdb.Spec.MinAvailable != nil {
@@ -223,7 +225,7 @@ var optionCases = []valueCase{{
 	name: "security contexts overridden (OpenShift restricted-v2: no UID, GID or fsGroup)",
 	kv: []any{"podSecurityContext.runAsUser", nil, "podSecurityContext.runAsGroup", nil, "podSecurityContext.fsGroup", nil,
 		"containerSecurityContext.runAsUser", 1001},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		eachPod(t, objs, func(t *testing.T, what string, spec corev1.PodSpec) {
 			psc, csc := spec.SecurityContext, spec.Containers[0].SecurityContext
 			if psc.RunAsUser != nil || psc.RunAsGroup != nil || psc.FSGroup != nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot ||
@@ -238,7 +240,7 @@ var optionCases = []valueCase{{
 }, {
 	name: "an existing ServiceAccount",
 	kv:   []any{"serviceAccount.create", false, "serviceAccount.name", "platform-widgets", "serviceAccount.automountServiceAccountToken", false},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		if objs.Get("ServiceAccount", "widget-operator") != nil || objs.Get("ServiceAccount", "platform-widgets") != nil {
 			t.Error("the manager's ServiceAccount rendered with serviceAccount.create=false")
 		}
@@ -248,7 +250,7 @@ var optionCases = []valueCase{{
 		}
 		for _, b := range []struct{ kind, name string }{{"ClusterRoleBinding", "widget-operator-manager"}, {"RoleBinding", "widget-operator-manager"}} {
 			rb := &rbacv1.RoleBinding{}
-			if err := Into(objs.Get(b.kind, b.name), rb); err != nil {
+			if err := helmtemplate.Into(objs.Get(b.kind, b.name), rb); err != nil {
 				t.Fatalf("%s %s: %v", b.kind, b.name, err)
 			}
 			if rb.Subjects[0].Name != "platform-widgets" {
@@ -265,8 +267,8 @@ var optionCases = []valueCase{{
 	kv: []any{"commonLabels", map[string]any{"team": "platform"}, "commonAnnotations", map[string]any{"widgetry.io/owner": "platform-team"},
 		"monitoring.serviceMonitor.enabled", true, "monitoring.prometheusRule.enabled", true, "monitoring.dashboards.enabled", true,
 		"networkPolicy.enabled", true, "podAnnotations", map[string]any{"a": "b"}},
-	apis: MonitoringAPIs,
-	check: func(t *testing.T, objs Objects) {
+	apis: helmtemplate.MonitoringAPIs,
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		if len(objs) < 35 {
 			t.Fatalf("only %d objects", len(objs))
 		}
@@ -300,7 +302,7 @@ var optionCases = []valueCase{{
 		"manager.extraVolumeMounts", []any{map[string]any{"name": "ca", "mountPath": "/etc/ssl/corp", "readOnly": true}},
 		"manager.probes.startup", map[string]any{"failureThreshold": 60}, "manager.probes.liveness", map[string]any{"timeoutSeconds": 5, "periodSeconds": 20},
 		"manager.probes.readiness", map[string]any{"periodSeconds": 3, "initialDelaySeconds": 1}},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		pod := deployment(t, objs).Spec.Template.Spec
 		c := pod.Containers[0]
 		if e := c.Env[len(c.Env)-1]; e.Name != "HTTPS_PROXY" || e.Value != "http://proxy:3128" || c.Env[0].Name != "POD_NAMESPACE" {
@@ -324,8 +326,8 @@ var optionCases = []valueCase{{
 		"monitoring.serviceMonitor.metricRelabelings", []any{map[string]any{"sourceLabels": []any{"__name__"}, "regex": "go_gc_.*", "action": "drop"}},
 		"monitoring.prometheusRule.enabled", true, "monitoring.prometheusRule.namespace", "monitoring",
 		"monitoring.dashboards.enabled", true, "monitoring.dashboards.namespace", "grafana"},
-	apis: MonitoringAPIs,
-	check: func(t *testing.T, objs Objects) {
+	apis: helmtemplate.MonitoringAPIs,
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		sm := objs.Get("ServiceMonitor", "widget-operator")
 		ep := field(t, sm, "spec", "endpoints").([]any)[0].(map[string]any)
 		if _, ok := ep["bearerTokenFile"]; ok {
@@ -348,7 +350,7 @@ var optionCases = []valueCase{{
 			t.Errorf("scraper token Secret %v", secret)
 		}
 		crb := &rbacv1.ClusterRoleBinding{}
-		if err := Into(objs.Get("ClusterRoleBinding", "widget-operator-metrics-scraper"), crb); err != nil {
+		if err := helmtemplate.Into(objs.Get("ClusterRoleBinding", "widget-operator-metrics-scraper"), crb); err != nil {
 			t.Fatal(err)
 		}
 		if crb.RoleRef.Name != "widget-operator-metrics-reader" || crb.Subjects[0].Name != "widget-operator-metrics-scraper" || crb.Subjects[0].Namespace != "widget-system" {
@@ -360,8 +362,8 @@ var optionCases = []valueCase{{
 	kv: []any{"monitoring.serviceMonitor.enabled", true, "monitoring.serviceMonitor.namespace", "openshift-user-workload-monitoring",
 		"monitoring.serviceMonitor.authorization", map[string]any{"type": "Bearer", "credentials": map[string]any{"name": "prom-token", "key": "token"}},
 		"monitoring.serviceMonitor.tlsConfig", map[string]any{"serverName": "widget-operator-metrics.widget-system.svc", "ca": map[string]any{"configMap": map[string]any{"name": "service-ca", "key": "service-ca.crt"}}}},
-	apis: MonitoringAPIs,
-	check: func(t *testing.T, objs Objects) {
+	apis: helmtemplate.MonitoringAPIs,
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		sm := objs.Get("ServiceMonitor", "widget-operator")
 		ep := field(t, sm, "spec", "endpoints").([]any)[0].(map[string]any)
 		if sm.GetNamespace() != "openshift-user-workload-monitoring" || ep["authorization"].(map[string]any)["credentials"].(map[string]any)["name"] != "prom-token" ||
@@ -377,9 +379,9 @@ var optionCases = []valueCase{{
 	name: "NetworkPolicy: webhook only from the control plane and the hooks; egress to the apiserver and DNS",
 	kv: []any{"networkPolicy.enabled", true, "webhook.allowedCIDRs", []any{"10.0.0.0/24"},
 		"networkPolicy.egress.enabled", true, "networkPolicy.egress.apiServerPorts", []any{6443}, "networkPolicy.egress.apiServerCIDRs", []any{"10.0.0.10/32"}, "networkPolicy.egress.dns", true},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		np := &networkingv1.NetworkPolicy{}
-		if err := Into(objs.Get("NetworkPolicy", "widget-operator"), np); err != nil {
+		if err := helmtemplate.Into(objs.Get("NetworkPolicy", "widget-operator"), np); err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}) {
@@ -399,7 +401,7 @@ var optionCases = []valueCase{{
 			t.Errorf("egress %+v", eg)
 		}
 		np = &networkingv1.NetworkPolicy{}
-		if err := Into(render(t, set("networkPolicy.enabled", true, "networkPolicy.egress.enabled", false)).Get("NetworkPolicy", "widget-operator"), np); err != nil {
+		if err := helmtemplate.Into(render(t, set("networkPolicy.enabled", true, "networkPolicy.egress.enabled", false)).Get("NetworkPolicy", "widget-operator"), np); err != nil {
 			t.Fatal(err)
 		}
 		if np.Spec.Egress != nil || !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
@@ -410,7 +412,7 @@ var optionCases = []valueCase{{
 	name: "controller container: its health port and resources",
 	kv: []any{"manager.controllerHealthPort", 9082, "controllerResources", map[string]any{"requests": map[string]any{"cpu": "10m", "memory": "32Mi"},
 		"limits": map[string]any{"memory": "512Mi"}}},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		ctl := deployment(t, objs).Spec.Template.Spec.Containers[1]
 		if !slices.Contains(ctl.Args, "--health-probe-bind-address=:9082") || ctl.Ports[0].ContainerPort != 9082 ||
 			ctl.Resources.Limits.Memory().String() != "512Mi" || ctl.Resources.Requests.Cpu().String() != "10m" {
@@ -419,7 +421,7 @@ var optionCases = []valueCase{{
 	},
 }, {
 	name: "CA bundle overlap (default): the bundle Secret, cainjector's source, the manager's flags and RBAC",
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		bundle := objs.Get("Secret", "widget-operator-ca-bundle")
 		if bundle == nil || bundle.GetAnnotations()["cert-manager.io/allow-direct-injection"] != "true" || bundle.Object["data"] != nil {
 			t.Fatalf("the bundle Secret: %v", bundle)
@@ -439,7 +441,7 @@ var optionCases = []valueCase{{
 			}
 		}
 		role := &rbacv1.Role{}
-		if err := Into(objs.Get("Role", "widget-operator-manager"), role); err != nil {
+		if err := helmtemplate.Into(objs.Get("Role", "widget-operator-manager"), role); err != nil {
 			t.Fatal(err)
 		}
 		var grants []string
@@ -455,7 +457,7 @@ var optionCases = []valueCase{{
 }, {
 	name: "CA bundle overlap off: cainjector injects from the serving Certificate, renewals served at once",
 	kv:   []any{"certManager.caBundleOverlap", false},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		if objs.Get("Secret", "widget-operator-ca-bundle") != nil {
 			t.Error("the bundle Secret is rendered without the overlap")
 		}
@@ -468,7 +470,7 @@ var optionCases = []valueCase{{
 			t.Errorf("manager args %v, controller args %v", pod.Containers[0].Args, pod.Containers[1].Args)
 		}
 		role := &rbacv1.Role{}
-		if err := Into(objs.Get("Role", "widget-operator-manager"), role); err != nil {
+		if err := helmtemplate.Into(objs.Get("Role", "widget-operator-manager"), role); err != nil {
 			t.Fatal(err)
 		}
 		for _, r := range role.Rules {
@@ -501,7 +503,7 @@ func TestValuesRefused(t *testing.T) {
 		{"connection drain shorter than the drain delay", set("manager.connectionDrainTimeout", "5s"), nil, []string{"manager.connectionDrainTimeout (5s) must not be shorter than manager.drainDelay (10s)"}},
 		{"both budget fields", set("podDisruptionBudget.minAvailable", 1, "podDisruptionBudget.maxUnavailable", 1), nil, []string{"minAvailable or maxUnavailable, not both"}},
 		{"no ServiceAccount", set("serviceAccount.create", false), nil, []string{"serviceAccount.create=false needs serviceAccount.name"}},
-		{"ServiceMonitor elsewhere without TLS", set("monitoring.serviceMonitor.enabled", true, "monitoring.serviceMonitor.namespace", "monitoring"), MonitoringAPIs,
+		{"ServiceMonitor elsewhere without TLS", set("monitoring.serviceMonitor.enabled", true, "monitoring.serviceMonitor.namespace", "monitoring"), helmtemplate.MonitoringAPIs,
 			[]string{"give monitoring.serviceMonitor.tlsConfig too"}},
 		{"a digest that is not one", set("image.digest", "latest"), nil, []string{"/image/digest"}},
 		{"a CIDR that is not one", set("webhook.allowedCIDRs", []any{"10.0.0.1"}), nil, []string{"/webhook/allowedCIDRs/0"}},
@@ -510,7 +512,7 @@ func TestValuesRefused(t *testing.T) {
 	for name, helm := range helms(t) {
 		for _, tt := range tests {
 			t.Run(name+"/"+tt.name, func(t *testing.T) {
-				_, err := Render(RenderOptions{Helm: helm, Chart: chartDir, Values: tt.values, APIVersions: tt.apis})
+				_, err := helmtemplate.Render(helmtemplate.Options{Helm: helm, Chart: chartDir, Values: tt.values, APIVersions: tt.apis})
 				if err == nil {
 					t.Fatal("rendered")
 				}

@@ -5,6 +5,8 @@ package chart
 import (
 	"strings"
 	"testing"
+
+	"github.com/widgetry/widget-operator/internal/chart/helmtemplate"
 )
 
 // TestSchemaRejects: a typo or a bad type fails helm template (so helm install) with a
@@ -28,7 +30,7 @@ func TestSchemaRejects(t *testing.T) {
 	for name, helm := range helms(t) {
 		for _, tt := range tests {
 			t.Run(name+"/"+tt.name, func(t *testing.T) {
-				_, err := Render(RenderOptions{Helm: helm, Chart: chartDir, Values: tt.values})
+				_, err := helmtemplate.Render(helmtemplate.Options{Helm: helm, Chart: chartDir, Values: tt.values})
 				if err == nil {
 					t.Fatal("rendered")
 				}

@@ -12,26 +12,28 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/widgetry/widget-operator/internal/crd"
+
+	"github.com/widgetry/widget-operator/internal/chart/helmtemplate"
 )
 
 // allParts renders everything the chart can render: stage migrate (migration hook) with
 // monitoring, dashboards and the NetworkPolicy on.
-func allParts(t *testing.T) Objects {
+func allParts(t *testing.T) helmtemplate.Objects {
 	t.Helper()
 	return render(t, set("apiUpgrade.stage", string(crd.StageMigrate), "monitoring.serviceMonitor.enabled", true,
-		"monitoring.prometheusRule.enabled", true, "monitoring.dashboards.enabled", true, "networkPolicy.enabled", true), MonitoringAPIs...)
+		"monitoring.prometheusRule.enabled", true, "monitoring.dashboards.enabled", true, "networkPolicy.enabled", true), helmtemplate.MonitoringAPIs...)
 }
 
 // podSpecs are the specs of every pod the chart creates: the manager's ("Deployment"), each
 // hook Job's ("Job <name>") and the test pod's ("test Pod").
-func podSpecs(t *testing.T, objs Objects) map[string]corev1.PodSpec {
+func podSpecs(t *testing.T, objs helmtemplate.Objects) map[string]corev1.PodSpec {
 	t.Helper()
 	specs := map[string]corev1.PodSpec{"Deployment": deployment(t, objs).Spec.Template.Spec}
 	for _, u := range objs.Kind("Job") {
 		specs["Job "+u.GetName()] = job(t, objs, u.GetName()).Spec.Template.Spec
 	}
 	pod := &corev1.Pod{}
-	if err := Into(objs.Get("Pod", "widget-operator-selftest"), pod); err != nil {
+	if err := helmtemplate.Into(objs.Get("Pod", "widget-operator-selftest"), pod); err != nil {
 		t.Fatal(err)
 	}
 	specs["test Pod"] = pod.Spec
@@ -79,7 +81,7 @@ func TestRBAC(t *testing.T) {
 	for _, kind := range []string{"ClusterRole", "Role"} {
 		for _, u := range objs.Kind(kind) {
 			r := &rbacv1.ClusterRole{}
-			if err := Into(u, r); err != nil {
+			if err := helmtemplate.Into(u, r); err != nil {
 				t.Fatal(err)
 			}
 			for _, rule := range r.Rules {

@@ -19,6 +19,8 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/widgetry/widget-operator/internal/chart/helmtemplate"
 )
 
 // set builds a values tree from dotted paths and values: set("a.b", 1, "c", "x").
@@ -47,27 +49,27 @@ func paths(kv ...any) []string {
 	return out
 }
 
-func deployment(t *testing.T, objs Objects) *appsv1.Deployment {
+func deployment(t *testing.T, objs helmtemplate.Objects) *appsv1.Deployment {
 	t.Helper()
 	d := &appsv1.Deployment{}
 	u := objs.Get("Deployment", "widget-operator")
 	if u == nil {
 		t.Fatal("no Deployment widget-operator")
 	}
-	if err := Into(u, d); err != nil {
+	if err := helmtemplate.Into(u, d); err != nil {
 		t.Fatal(err)
 	}
 	return d
 }
 
-func job(t *testing.T, objs Objects, name string) *batchv1.Job {
+func job(t *testing.T, objs helmtemplate.Objects, name string) *batchv1.Job {
 	t.Helper()
 	u := objs.Get("Job", name)
 	if u == nil {
 		return nil
 	}
 	j := &batchv1.Job{}
-	if err := Into(u, j); err != nil {
+	if err := helmtemplate.Into(u, j); err != nil {
 		t.Fatal(err)
 	}
 	return j
@@ -106,12 +108,12 @@ type valueCase struct {
 	name  string
 	kv    []any
 	apis  []string
-	check func(t *testing.T, objs Objects)
+	check func(t *testing.T, objs helmtemplate.Objects)
 }
 
 var valueCases = []valueCase{{
 	name: "defaults",
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		d := deployment(t, objs)
 		if *d.Spec.Replicas != 2 || d.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue() != 0 || d.Spec.Strategy.RollingUpdate.MaxSurge.IntValue() != 1 {
 			t.Errorf("replicas/strategy: %d %+v", *d.Spec.Replicas, d.Spec.Strategy)
@@ -179,14 +181,14 @@ var valueCases = []valueCase{{
 			t.Errorf("controller container resources %+v, GOMEMLIMIT from %+v", ctl.Resources, ctl.Env[2].ValueFrom)
 		}
 		pdb := &policyv1.PodDisruptionBudget{}
-		if err := Into(objs.Get("PodDisruptionBudget", "widget-operator"), pdb); err != nil {
+		if err := helmtemplate.Into(objs.Get("PodDisruptionBudget", "widget-operator"), pdb); err != nil {
 			t.Fatal(err)
 		}
 		if pdb.Spec.MaxUnavailable.IntValue() != 1 || *pdb.Spec.UnhealthyPodEvictionPolicy != policyv1.AlwaysAllow {
 			t.Errorf("PDB: %+v", pdb.Spec)
 		}
 		svc := &corev1.Service{}
-		if err := Into(objs.Get("Service", "widget-operator-webhook"), svc); err != nil {
+		if err := helmtemplate.Into(objs.Get("Service", "widget-operator-webhook"), svc); err != nil {
 			t.Fatal(err)
 		}
 		if svc.Spec.Ports[0].Port != 443 || svc.Spec.Ports[0].TargetPort.String() != "webhook" {
@@ -257,7 +259,7 @@ var valueCases = []valueCase{{
 }, {
 	name: "one replica: no PodDisruptionBudget",
 	kv:   []any{"replicaCount", 1},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		if *deployment(t, objs).Spec.Replicas != 1 || len(objs.Kind("PodDisruptionBudget")) != 0 {
 			t.Error("want 1 replica and no PDB")
 		}
@@ -265,7 +267,7 @@ var valueCases = []valueCase{{
 }, {
 	name: "PDB off",
 	kv:   []any{"podDisruptionBudget.enabled", false, "replicaCount", 3},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		if *deployment(t, objs).Spec.Replicas != 3 || len(objs.Kind("PodDisruptionBudget")) != 0 {
 			t.Error("want 3 replicas and no PDB")
 		}
@@ -274,7 +276,7 @@ var valueCases = []valueCase{{
 	name: "image",
 	kv: []any{"image.repository", "registry.example.com/wo", "image.tag", "1.2.3", "image.pullPolicy", "Always",
 		"imagePullSecrets", []any{map[string]any{"name": "pull"}}},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		for _, spec := range []corev1.PodSpec{deployment(t, objs).Spec.Template.Spec, job(t, objs, "widget-operator-preflight").Spec.Template.Spec} {
 			c := spec.Containers[0]
 			if c.Image != "registry.example.com/wo:1.2.3" || c.ImagePullPolicy != corev1.PullAlways || spec.ImagePullSecrets[0].Name != "pull" {
@@ -285,7 +287,7 @@ var valueCases = []valueCase{{
 }, {
 	name: "names",
 	kv:   []any{"fullnameOverride", "wo", "nameOverride", "widgets"},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		u := objs.Get("Deployment", "wo")
 		if u == nil || u.GetLabels()["app.kubernetes.io/name"] != "widgets" || objs.Get("Service", "wo-webhook") == nil {
 			t.Error("want Deployment wo named widgets and Service wo-webhook")
@@ -294,7 +296,7 @@ var valueCases = []valueCase{{
 }, {
 	name: "cluster domain",
 	kv:   []any{"clusterDomain", "example.internal"},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		names := field(t, objs.Get("Certificate", "widget-operator-serving"), "spec", "dnsNames").([]any)
 		if names[3] != "widget-operator-webhook.widget-system.svc.example.internal" {
 			t.Errorf("dnsNames %v", names)
@@ -304,7 +306,7 @@ var valueCases = []valueCase{{
 	name: "existing ClusterIssuer",
 	kv: []any{"certManager.issuerRef", map[string]any{"name": "corp-ca", "kind": "ClusterIssuer"},
 		"certManager.duration", "720h", "certManager.renewBefore", "240h"},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		if len(objs.Kind("Issuer")) != 0 || objs.Get("Certificate", "widget-operator-ca") != nil {
 			t.Error("the chart's own CA rendered next to issuerRef")
 		}
@@ -315,14 +317,14 @@ var valueCases = []valueCase{{
 }, {
 	name: "CA lifetime",
 	kv:   []any{"certManager.caDuration", "43800h", "certManager.caRenewBefore", "4380h"},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		ca := objs.Get("Certificate", "widget-operator-ca")
 		jsonEq(t, "CA durations", []any{field(t, ca, "spec", "duration"), field(t, ca, "spec", "renewBefore")}, []string{"43800h", "4380h"})
 	},
 }, {
 	name: "webhook port and timeout",
 	kv:   []any{"webhook.port", 10443, "webhook.timeoutSeconds", 5},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		c := deployment(t, objs).Spec.Template.Spec.Containers[0]
 		wantArg(t, c.Args, "--webhook-port=10443")
 		if c.Ports[0].ContainerPort != 10443 {
@@ -339,7 +341,7 @@ var valueCases = []valueCase{{
 	kv: []any{"manager.drainDelay", "5s", "manager.connectionDrainTimeout", "30s", "manager.gracefulShutdownTimeout", "20s", "manager.logLevel", "debug", "manager.tlsMinVersion13", true,
 		"manager.leaderElection.leaseDuration", "30s", "manager.leaderElection.renewDeadline", "20s", "manager.leaderElection.retryPeriod", "4s",
 		"manager.extraArgs", []any{"--conversion-max-body-bytes=1000000"}, "terminationGracePeriodSeconds", 45},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		d := deployment(t, objs)
 		for _, a := range []string{"--drain-delay=5s", "--connection-drain-timeout=30s", "--graceful-shutdown-timeout=20s", "--zap-log-level=debug", "--tls-min-version-1.3",
 			"--conversion-max-body-bytes=1000000"} {
@@ -358,7 +360,7 @@ var valueCases = []valueCase{{
 	kv: []any{"priorityClassName", "system-cluster-critical", "podAntiAffinity", false, "zoneSpread", false,
 		"nodeSelector", map[string]any{"kubernetes.io/os": "linux"}, "tolerations", []any{map[string]any{"key": "k", "operator": "Exists"}},
 		"podAnnotations", map[string]any{"a": "b"}, "podLabels", map[string]any{"team": "widgets"}},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		d := deployment(t, objs)
 		pod := d.Spec.Template
 		if pod.Spec.PriorityClassName != "system-cluster-critical" || pod.Spec.Affinity != nil || pod.Spec.TopologySpreadConstraints != nil ||
@@ -371,7 +373,7 @@ var valueCases = []valueCase{{
 	name: "affinity replaces the default anti-affinity",
 	kv: []any{"affinity", map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
 		"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": "pool", "operator": "In", "values": []any{"ops"}}}}}}}}},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		a := deployment(t, objs).Spec.Template.Spec.Affinity
 		if a.PodAntiAffinity != nil || a.NodeAffinity == nil {
 			t.Errorf("affinity %+v", a)
@@ -381,7 +383,7 @@ var valueCases = []valueCase{{
 	name: "resources",
 	kv: []any{"resources", map[string]any{"limits": map[string]any{"cpu": "1", "memory": "512Mi"}},
 		"hookPods.resources", map[string]any{"limits": map[string]any{"cpu": "200m", "memory": "100Mi"}}},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		l := deployment(t, objs).Spec.Template.Spec.Containers[0].Resources
 		h := job(t, objs, "widget-operator-preflight").Spec.Template.Spec.Containers[0].Resources
 		// Helm merges maps: the default requests stay.
@@ -392,7 +394,7 @@ var valueCases = []valueCase{{
 }, {
 	name: "service account annotations",
 	kv:   []any{"serviceAccount.annotations", map[string]any{"iam.example.com/role": "wo"}},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		if objs.Get("ServiceAccount", "widget-operator").GetAnnotations()["iam.example.com/role"] != "wo" {
 			t.Error("annotation missing")
 		}
@@ -400,8 +402,8 @@ var valueCases = []valueCase{{
 }, {
 	name: "metrics off",
 	kv:   []any{"metrics.port", 0, "monitoring.serviceMonitor.enabled", true, "monitoring.prometheusRule.enabled", true},
-	apis: MonitoringAPIs,
-	check: func(t *testing.T, objs Objects) {
+	apis: helmtemplate.MonitoringAPIs,
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		wantArg(t, deployment(t, objs).Spec.Template.Spec.Containers[0].Args, "--metrics-bind-address=0")
 		if objs.Get("Service", "widget-operator-metrics") != nil || len(objs.Kind("ServiceMonitor")) != 0 {
 			t.Error("metrics Service or ServiceMonitor without metrics")
@@ -414,7 +416,7 @@ var valueCases = []valueCase{{
 }, {
 	name: "ServiceMonitor and PrometheusRule without the API: nothing",
 	kv:   []any{"monitoring.serviceMonitor.enabled", true, "monitoring.prometheusRule.enabled", true},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		if len(objs.Kind("ServiceMonitor"))+len(objs.Kind("PrometheusRule")) != 0 {
 			t.Error("monitoring objects rendered without their API")
 		}
@@ -424,8 +426,8 @@ var valueCases = []valueCase{{
 	kv: []any{"monitoring.serviceMonitor.enabled", true, "monitoring.serviceMonitor.interval", "15s", "monitoring.serviceMonitor.labels", map[string]any{"release": "prom"},
 		"monitoring.prometheusRule.enabled", true, "monitoring.prometheusRule.labels", map[string]any{"role": "alerts"},
 		"monitoring.job", "wo-prod", "monitoring.runbookBaseURL", "https://runbooks.example.com/wo/", "replicaCount", 3, "metrics.port", 9443 + 1},
-	apis: MonitoringAPIs,
-	check: func(t *testing.T, objs Objects) {
+	apis: helmtemplate.MonitoringAPIs,
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		sm := objs.Get("ServiceMonitor", "widget-operator")
 		if sm.GetLabels()["release"] != "prom" || field(t, sm, "spec", "jobLabel") != "widgetry.io/prometheus-job" {
 			t.Errorf("ServiceMonitor %v", sm.Object)
@@ -453,7 +455,7 @@ var valueCases = []valueCase{{
 	name: "dashboards",
 	kv: []any{"monitoring.dashboards.enabled", true, "monitoring.dashboards.label", "grafana_dashboard", "monitoring.dashboards.labelValue", "yes",
 		"monitoring.dashboards.annotations", map[string]any{"grafana_folder": "Widgets"}},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		files, _ := filepath.Glob(filepath.Join(root, "dashboards", "*.json"))
 		cms := objs.Kind("ConfigMap")
 		if len(cms) != len(files) || len(files) == 0 {
@@ -475,9 +477,9 @@ var valueCases = []valueCase{{
 	name: "NetworkPolicy",
 	kv: []any{"networkPolicy.enabled", true, "networkPolicy.metricsNamespaceSelector", map[string]any{"matchLabels": map[string]any{"name": "monitoring"}},
 		"networkPolicy.metricsPodSelector", map[string]any{"matchLabels": map[string]any{"app": "prometheus"}}},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		np := &networkingv1.NetworkPolicy{}
-		if err := Into(objs.Get("NetworkPolicy", "widget-operator"), np); err != nil {
+		if err := helmtemplate.Into(objs.Get("NetworkPolicy", "widget-operator"), np); err != nil {
 			t.Fatal(err)
 		}
 		in := np.Spec.Ingress
@@ -490,7 +492,7 @@ var valueCases = []valueCase{{
 	name: "stage unserve: the traffic check's window and override reach the preflight; the managedFields hook",
 	kv: []any{"apiUpgrade.stage", "unserve", "apiUpgrade.oldVersionTraffic.window", "90m",
 		"apiUpgrade.oldVersionTraffic.allowReason", "INC-7: the batch job moves next week"},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		a := job(t, objs, "widget-operator-preflight").Spec.Template.Spec.Containers[0].Args
 		for _, want := range []string{"--records-namespace", "--old-version-traffic-window=90m", "--allow-old-version-traffic=INC-7: the batch job moves next week"} {
 			if !slices.Contains(a, want) {
@@ -506,7 +508,7 @@ var valueCases = []valueCase{{
 }, {
 	name: "stage remove: no v1alpha1 in the CRD, no managedFields hook, the traffic check without an override",
 	kv:   []any{"apiUpgrade.stage", "remove"},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		if objs.Get("Job", "widget-operator-drop-managed-fields") != nil {
 			t.Error("the managedFields hook runs at unserve only")
 		}
@@ -515,7 +517,7 @@ var valueCases = []valueCase{{
 			t.Errorf("preflight args %v", a)
 		}
 		c := &apiextensionsv1.CustomResourceDefinition{}
-		if err := Into(objs.Get("CustomResourceDefinition", "widgets.widgetry.io"), c); err != nil {
+		if err := helmtemplate.Into(objs.Get("CustomResourceDefinition", "widgets.widgetry.io"), c); err != nil {
 			t.Fatal(err)
 		}
 		if len(c.Spec.Versions) != 1 || c.Spec.Versions[0].Name != "v1" || !c.Spec.Versions[0].Served || !c.Spec.Versions[0].Storage {
@@ -525,7 +527,7 @@ var valueCases = []valueCase{{
 }, {
 	name: "stage migrate: migration hook",
 	kv:   []any{"apiUpgrade.stage", "migrate", "apiUpgrade.backoffLimit", 2, "apiUpgrade.activeDeadlineSeconds", 3600},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		m := job(t, objs, "widget-operator-migrate")
 		// After wait-webhooks (weight 0): the migration needs the webhooks too.
 		if m == nil || m.Annotations["helm.sh/hook"] != "post-install,post-upgrade" || m.Annotations["helm.sh/hook-weight"] != "1" ||
@@ -540,7 +542,7 @@ var valueCases = []valueCase{{
 }, {
 	name: "hooks off",
 	kv:   []any{"apiUpgrade.hooks", false, "apiUpgrade.stage", "migrate"},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		if job(t, objs, "widget-operator-preflight") != nil || job(t, objs, "widget-operator-migrate") != nil ||
 			job(t, objs, "widget-operator-wait-webhooks") != nil || job(t, objs, "widget-operator-cleanup-finalizers") == nil {
 			t.Error("want only the pre-delete cleanup Job")
@@ -549,7 +551,7 @@ var valueCases = []valueCase{{
 }, {
 	name: "unsafe uninstall accepted",
 	kv:   []any{"apiUpgrade.allowUnsafeUninstall", true},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		if a := job(t, objs, "widget-operator-cleanup-finalizers").Spec.Template.Spec.Containers[0].Args; !slices.Contains(a, "--allow-unsafe-uninstall=true") {
 			t.Errorf("cleanup-finalizers args %v", a)
 		}
@@ -557,7 +559,7 @@ var valueCases = []valueCase{{
 }, {
 	name: "test namespace",
 	kv:   []any{"tests.namespace", "widget-smoke"},
-	check: func(t *testing.T, objs Objects) {
+	check: func(t *testing.T, objs helmtemplate.Objects) {
 		jsonEq(t, "selftest args", field(t, objs.Get("Pod", "widget-operator-selftest"), "spec", "containers").([]any)[0].(map[string]any)["args"], []string{"selftest", "--namespace", "widget-smoke"})
 	},
 }}

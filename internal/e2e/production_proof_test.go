@@ -171,12 +171,14 @@ func (c *transportCounter) snapshot() (int, []string) {
 	return c.requests, append([]string(nil), c.failures...)
 }
 
-// zeroReplicasWarning is the validating webhook's warning for the load's Widgets, which ask
-// for no pods on purpose (thousands of Widgets would otherwise start thousands of pods).
-const zeroReplicasWarning = "spec.replicas is 0: the Widget runs no pods and its Service has no endpoints"
+// zeroReplicasWarning ends the chart's warnings policy's warning for the load's Widgets, which
+// ask for no pods on purpose (thousands of Widgets would otherwise start thousands of pods);
+// the apiserver puts the policy's and binding's names before it.
+const zeroReplicasWarning = ": spec.replicas is 0: the Widget runs no pods and its Service has no endpoints"
 
 // warnings counts the two warnings the load expects, the deprecation of v1alpha1 and the
-// validating webhook's warning about zero replicas, and keeps every other.
+// warnings policy's about zero replicas (on creates: its patches leave the spec alone), and
+// keeps every other.
 type warnings struct {
 	mu                 sync.Mutex
 	deprecated, zeroes int
@@ -189,7 +191,7 @@ func (w *warnings) HandleWarningHeaderWithContext(_ context.Context, code int, a
 	switch {
 	case code == 299 && text == crd.DeprecationWarning:
 		w.deprecated++
-	case code == 299 && text == zeroReplicasWarning:
+	case code == 299 && strings.HasPrefix(text, "Validation failed for ValidatingAdmissionPolicy 'widgets.widgetry.io-warnings'") && strings.HasSuffix(text, zeroReplicasWarning):
 		w.zeroes++
 	default:
 		w.other = append(w.other, fmt.Sprintf("%d %s %s", code, agent, text))

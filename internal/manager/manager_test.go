@@ -26,7 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/widgetry/widget-operator/api/v1alpha1"
-	"github.com/widgetry/widget-operator/internal/chart"
+	"github.com/widgetry/widget-operator/internal/chart/helmtemplate"
 	"github.com/widgetry/widget-operator/internal/controller"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/manager"
@@ -384,12 +384,12 @@ func TestWebhooksWithoutWidgetRBAC(t *testing.T) {
 	ctx := t.Context()
 
 	// The chart's RBAC for the manager, as helm renders it.
-	manifests, err := chart.Render(chart.RenderOptions{Helm: prereq.Tool(t, "helm3"), Chart: filepath.Join(prereq.RepoRoot(t), "charts", "widget-operator"),
+	manifests, err := helmtemplate.Render(helmtemplate.Options{Helm: prereq.Tool(t, "helm3"), Chart: filepath.Join(prereq.RepoRoot(t), "charts", "widget-operator"),
 		Namespace: widgetenv.Namespace, ShowOnly: []string{"templates/clusterrole.yaml", "templates/clusterrolebinding.yaml", "templates/role.yaml", "templates/rolebinding.yaml"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := chart.Parse(manifests)
+	objs, err := helmtemplate.Parse(manifests)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +400,7 @@ func TestWebhooksWithoutWidgetRBAC(t *testing.T) {
 		}
 		if o.GetKind() == "ClusterRole" && o.GetName() == "widget-operator-manager" {
 			managerRole = &rbacv1.ClusterRole{}
-			if err := chart.Into(o, managerRole); err != nil {
+			if err := helmtemplate.Into(o, managerRole); err != nil {
 				t.Fatal(err)
 			}
 			continue

@@ -156,7 +156,7 @@ sum by (name, type) (rate(apiserver_admission_webhook_request_total{name=~"{{adm
   > 0.05`,
 			dur: "10m", severity: SeverityCritical,
 			summary:     "The apiserver's calls to a Widget admission webhook fail.",
-			description: "{{ $value | humanizePercentage }} of the apiserver's calls to admission webhook {{ $labels.name }} ({{ $labels.type }}) failed in the last 5 minutes: unreachable, TLS trust, timeout, or answered with a server error. Through the mutating webhook (failurePolicy Fail) those Widget writes were refused; through the validating one (failurePolicy Ignore) they were admitted with the CRD's own rules only, without its warnings.",
+			description: "{{ $value | humanizePercentage }} of the apiserver's calls to admission webhook {{ $labels.name }} ({{ $labels.type }}) failed in the last 5 minutes: unreachable, TLS trust, timeout, or answered with a server error. Through the mutating webhook (failurePolicy Fail) those Widget writes were refused; through the validating one (failurePolicy Ignore) they were admitted with the CRD's rules and the warnings policy only.",
 		}, {
 			name: AlertAdmissionWebhookSlow,
 			// The apiserver's view includes the network and TLS; every Widget write (the mutating

@@ -32,9 +32,6 @@ const (
 	ConvertPath  = "/convert"
 )
 
-// longTimeout is where a timeout becomes worth a warning.
-const longTimeout = 5 * time.Minute
-
 // admissionObject is a Widget decoded from an AdmissionReview in the version it was sent in
 // and converted to the hub, which the checks work on.
 type admissionObject struct {
@@ -197,9 +194,9 @@ func isSubsequence(sub, seq []string) bool {
 // only warned about.
 func validateWidget(obj, old *admissionObject) (field.ErrorList, []string) {
 	spec := field.NewPath("spec")
-	sizePath, timeoutPath := spec.Child("size"), spec.Child("timeout")
+	timeoutPath := spec.Child("timeout")
 	if obj.spoke != nil {
-		sizePath, timeoutPath = spec.Child("replicas"), spec.Child("timeoutSeconds")
+		timeoutPath = spec.Child("timeoutSeconds")
 	}
 	w := obj.hub
 	var errs field.ErrorList
@@ -215,21 +212,12 @@ func validateWidget(obj, old *admissionObject) (field.ErrorList, []string) {
 
 	image := w.Spec.Image
 	imageChanged := old == nil || old.hub.Spec.Image != image
-	named, err := parseImage(image)
+	_, err := parseImage(image)
 	switch {
 	case image == "":
 		refuse(imageChanged, field.Required(spec.Child("image"), "set the container image, e.g. registry.example.com/team/server:v1.2.3"))
 	case err != nil:
 		refuse(imageChanged, field.Invalid(spec.Child("image"), image, fmt.Sprintf("not a container image reference (%v); the kubelet would refuse to pull it", err)))
-	default:
-		tagged, hasTag := named.(reference.Tagged)
-		_, hasDigest := named.(reference.Digested)
-		switch {
-		case !hasTag && !hasDigest:
-			warnings = append(warnings, fmt.Sprintf("%s: image %q has no tag and resolves to :latest; pin a tag or digest so rollouts are reproducible", spec.Child("image"), image))
-		case hasTag && !hasDigest && tagged.Tag() == "latest":
-			warnings = append(warnings, fmt.Sprintf("%s: image %q uses the :latest tag; pin a tag or digest so rollouts are reproducible", spec.Child("image"), image))
-		}
 	}
 	// Each endpoint is a port of the Widget's container and of its Service, where the
 	// apiserver refuses a port listed twice: the controller could never apply such a Widget.
@@ -245,17 +233,13 @@ func validateWidget(obj, old *admissionObject) (field.ErrorList, []string) {
 		}
 		byPort[port] = name
 	}
-	if w.Spec.Size != nil && *w.Spec.Size == 0 {
-		warnings = append(warnings, fmt.Sprintf("%s is 0: the Widget runs no pods and its Service has no endpoints", sizePath))
-	}
+	// The warnings about legal but risky values (no tag, :latest, no pods, a long timeout)
+	// are the chart's ValidatingAdmissionPolicy widgets.widgetry.io-warnings: the apiserver
+	// computes them with our pods gone too.
 	if w.Spec.Timeout != nil {
 		timeoutChanged := old == nil || old.hub.Spec.Timeout == nil || *old.hub.Spec.Timeout != *w.Spec.Timeout
-		d, err := time.ParseDuration(*w.Spec.Timeout)
-		switch {
-		case err != nil:
+		if _, err := time.ParseDuration(*w.Spec.Timeout); err != nil {
 			refuse(timeoutChanged, field.Invalid(timeoutPath, *w.Spec.Timeout, "not a Go duration such as 30s or 1m30s"))
-		case d > longTimeout:
-			warnings = append(warnings, fmt.Sprintf("%s is %s, over %s: slow requests will hold connections that long", timeoutPath, *w.Spec.Timeout, longTimeout))
 		}
 	}
 	return errs, warnings

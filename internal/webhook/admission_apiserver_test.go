@@ -133,7 +133,7 @@ func TestAdmissionThroughAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatalf("kubectl create: %v\n%s", err, out)
 		}
-		for _, want := range []string{"Warning: spec.replicas is 0", "Warning: widgetry.io/v1alpha1 Widget is deprecated"} {
+		for _, want := range []string{"Warning: Validation failed for ValidatingAdmissionPolicy 'widgets.widgetry.io-warnings' with binding 'widgets.widgetry.io-warnings': spec.replicas is 0", "Warning: widgetry.io/v1alpha1 Widget is deprecated"} {
 			if !strings.Contains(string(out), want) {
 				t.Errorf("kubectl output lacks %q:\n%s", want, out)
 			}

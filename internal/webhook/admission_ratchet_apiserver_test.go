@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -68,18 +69,6 @@ func TestLegacyWidgetIsMigratedAndDeleted(t *testing.T) {
 		}
 		return nil
 	})
-	testenv.Eventually(t, 30*time.Second, "the validating webhook answers again", func() error {
-		seen.take()
-		probe := &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe"}, Spec: v1alpha1.WidgetSpec{Image: "srv"}}
-		if err := c.Create(ctx, probe, client.DryRunAll); err != nil {
-			return err
-		}
-		if got := seen.take(); !strings.Contains(got, "has no tag") {
-			return fmt.Errorf("warnings %q", got)
-		}
-		return nil
-	})
-
 	t.Run("changing the invalid image to another invalid one is refused", func(t *testing.T) {
 		err := update(ctx, c, key, func(w *v1alpha1.Widget) { w.Spec.Image = "team/Other:v1" })
 		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.image") {
@@ -87,13 +76,20 @@ func TestLegacyWidgetIsMigratedAndDeleted(t *testing.T) {
 		}
 	})
 	t.Run("an update that leaves the image alone is admitted with a warning", func(t *testing.T) {
-		seen.take()
-		if err := update(ctx, c, key, func(w *v1alpha1.Widget) { w.Labels = map[string]string{"touched": "yes"} }); err != nil {
-			t.Fatal(err)
-		}
-		if got := seen.take(); !strings.Contains(got, "admitted because this update does not change it") {
-			t.Errorf("warnings %q", got)
-		}
+		// The CRD ratchets silently; the warning is the validating webhook's, which fails
+		// open, so the first updates after the restore may pass before the apiserver calls it.
+		n := 0
+		testenv.Eventually(t, 30*time.Second, "the webhook's ratchet warning", func() error {
+			n++
+			seen.take()
+			if err := update(ctx, c, key, func(w *v1alpha1.Widget) { w.Labels = map[string]string{"touched": strconv.Itoa(n)} }); err != nil {
+				t.Fatal(err)
+			}
+			if got := seen.take(); !strings.Contains(got, "admitted because this update does not change it") {
+				return fmt.Errorf("warnings %q", got)
+			}
+			return nil
+		})
 	})
 
 	t.Run("migrated to v1", func(t *testing.T) {

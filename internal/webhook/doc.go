@@ -24,17 +24,18 @@
 //     spec.paused always, the exact spec.timeout while it still rounds to the request's
 //     timeoutSeconds — so a client that rebuilds the object (kubectl replace) loses nothing.
 //     Its patch is idempotent: a second run, or one after another webhook, changes nothing.
-//   - The Validator sees the object after all mutation. It warns about risky but legal values
-//     and refuses what the schema cannot express, without changing anything. Its two refusals
+//   - The Validator sees the object after all mutation. It refuses what the schema cannot
+//     express, without changing anything. The warnings about risky but legal values (no tag,
+//     :latest, no pods, a long timeout) are not its own: the chart's ValidatingAdmissionPolicy
+//     widgets.widgetry.io-warnings (validationActions Warn) computes them in the apiserver, with
+//     our pods gone too, and only for writes that change the spec. Its two refusals
 //     that CEL can express are also the CRD's rules (the image reference grammar, a port
 //     listed by two endpoints), which the apiserver enforces before any webhook and with our
 //     pods gone; they stay here because the webhook sees what the schema does not: (1) the
 //     kubelet's 255-character limit on the normalized name (docker.io/library/... added),
 //     which CEL cannot compute without the normalization; (2) a legacy value the apiserver's
 //     ratcheting admits silently, which the webhook admits with a warning that says so; and
-//     (3) a CRD an older chart installed, without the rules. Its warnings could move to a
-//     ValidatingAdmissionPolicy with the Warn action (GA at the chart's floor, 1.30); they
-//     have not yet, so with our pods gone writes get no warnings. On UPDATE it
+//     (3) a CRD an older chart installed, without the rules. On UPDATE it
 //     ratchets: only fields the request changes are checked (an unchanged legacy value, stored
 //     while the webhooks were away, is admitted with a warning), and an update of an object
 //     being deleted that only removes finalizers is always admitted, so it can leave. Images

@@ -85,7 +85,7 @@ groups:
         labels:
           severity: critical
         annotations:
-          description: '{{ "{{" }} $value | humanizePercentage {{ "}}" }} of the apiserver''s calls to admission webhook {{ "{{" }} $labels.name {{ "}}" }} ({{ "{{" }} $labels.type {{ "}}" }}) failed in the last 5 minutes: unreachable, TLS trust, timeout, or answered with a server error. Through the mutating webhook (failurePolicy Fail) those Widget writes were refused; through the validating one (failurePolicy Ignore) they were admitted with the CRD''s own rules only, without its warnings.'
+          description: '{{ "{{" }} $value | humanizePercentage {{ "}}" }} of the apiserver''s calls to admission webhook {{ "{{" }} $labels.name {{ "}}" }} ({{ "{{" }} $labels.type {{ "}}" }}) failed in the last 5 minutes: unreachable, TLS trust, timeout, or answered with a server error. Through the mutating webhook (failurePolicy Fail) those Widget writes were refused; through the validating one (failurePolicy Ignore) they were admitted with the CRD''s rules and the warnings policy only.'
           runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetAdmissionWebhookErrors.md
           summary: The apiserver's calls to a Widget admission webhook fail.
       - alert: WidgetAdmissionWebhookSlow

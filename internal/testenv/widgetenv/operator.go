@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,10 +19,13 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/widgetry/widget-operator/internal/chart/helmtemplate"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/prereq"
@@ -58,8 +62,89 @@ func Setup(t testing.TB, env *testenv.Env, stage crd.Stage) *Operator {
 		t.Fatalf("widgetenv: create namespace %s: %v", Namespace, err)
 	}
 	env.InstallCRDs(t, o.CRD(t, stage))
+	// Before the webhook configurations: its readiness probe is a write no webhook answers.
+	InstallWarningsPolicy(t, env)
 	o.installWebhookConfigurations(t)
 	return o
+}
+
+// WarningsPolicy is the chart's template of the ValidatingAdmissionPolicy that warns about
+// risky Widgets (and its binding).
+const WarningsPolicy = "templates/validatingadmissionpolicy-warnings.yaml"
+
+// InstallWarningsPolicy creates the chart's warnings policy and binding, as helm renders them.
+func InstallWarningsPolicy(tb testing.TB, env *testenv.Env) {
+	tb.Helper()
+	root := prereq.RepoRoot(tb)
+	out, err := helmtemplate.Render(helmtemplate.Options{Helm: prereq.Tool(tb, "helm3"), Chart: filepath.Join(root, "charts", "widget-operator"), ShowOnly: []string{WarningsPolicy}})
+	if err != nil {
+		tb.Fatalf("widgetenv: %v", err)
+	}
+	objs, err := helmtemplate.Parse(out)
+	if err != nil {
+		tb.Fatalf("widgetenv: %v", err)
+	}
+	if len(objs) != 2 {
+		tb.Fatalf("widgetenv: %s rendered %d objects, want the policy and its binding", WarningsPolicy, len(objs))
+	}
+	for _, obj := range objs {
+		if err := env.Client.Create(context.Background(), obj); err != nil {
+			tb.Fatalf("widgetenv: create %s %s: %v", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	// The apiserver applies a new policy once its informer has it: wait until a dry-run
+	// create through the storage version (no conversion, no webhook needed) is warned.
+	live := &apiextensionsv1.CustomResourceDefinition{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: crd.WidgetName}, live); err != nil {
+		tb.Fatalf("widgetenv: %v", err)
+	}
+	storage := ""
+	for _, v := range live.Spec.Versions {
+		if v.Storage {
+			storage = v.Name
+		}
+	}
+	seen := &warningRecorder{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WarningHandler = seen
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	probe := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "widgetry.io/" + storage, "kind": "Widget",
+		"metadata": map[string]any{"namespace": Namespace, "name": "warnings-probe"}, "spec": map[string]any{"image": "probe"}}}
+	testenv.Eventually(tb, 30*time.Second, "the warnings policy in effect", func() error {
+		if err := c.Create(context.Background(), probe.DeepCopy(), client.DryRunAll); err != nil {
+			return err
+		}
+		if !seen.saw("has no tag") {
+			return fmt.Errorf("a dry-run create of an untagged image was not warned")
+		}
+		return nil
+	})
+}
+
+// warningRecorder keeps the warnings the apiserver answers with.
+type warningRecorder struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (w *warningRecorder) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.seen = append(w.seen, text)
+}
+
+func (w *warningRecorder) saw(s string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, text := range w.seen {
+		if strings.Contains(text, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // CRD returns the Widget CRD at stage with the conversion webhook of this Operator.

@@ -1,4 +1,7 @@
-package chart
+// Package helmtemplate renders the chart with the helm CLI and reads what it rendered. It
+// imports nothing of this project, so that test harnesses can render the chart without the
+// chart package's generators (which import internal/monitoring).
+package helmtemplate
 
 import (
 	"bytes"
@@ -22,8 +25,8 @@ const KubeVersion = "v1.37.2"
 // MonitoringAPIs are the API versions the monitoring templates look for in the capabilities.
 var MonitoringAPIs = []string{"monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PrometheusRule"}
 
-// RenderOptions say how to render the chart.
-type RenderOptions struct {
+// Options say how to render the chart.
+type Options struct {
 	// Helm is the helm CLI to run (bin/helm3 or bin/helm4).
 	Helm string
 	// Chart is the chart directory.
@@ -39,7 +42,7 @@ type RenderOptions struct {
 }
 
 // Render runs helm template and returns the output; an error carries helm's message.
-func Render(o RenderOptions) ([]byte, error) {
+func Render(o Options) ([]byte, error) {
 	release, ns := o.Release, o.Namespace
 	if release == "" {
 		release = "widget-operator"
