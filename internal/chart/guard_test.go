@@ -408,14 +408,18 @@ func TestStageGuardBypassesAndBreakGlass(t *testing.T) {
 		})
 		// The restore, as helm upgrade renders it, repairs the breach: admitted with or without
 		// break-glass; then the runbook's removal of the annotation, which the guard admits.
-		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			c := g.live()
-			c.Spec.Conversion = g.at(crd.StageMigrate).Spec.Conversion
-			return g.env.Client.Update(t.Context(), c)
-		})
-		if err != nil {
-			t.Fatalf("restoring the conversion webhook: %v", err)
+		restore := func() {
+			t.Helper()
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				c := g.live()
+				c.Spec.Conversion = g.at(crd.StageMigrate).Spec.Conversion
+				return g.env.Client.Update(t.Context(), c)
+			})
+			if err != nil {
+				t.Fatalf("restoring the conversion webhook: %v", err)
+			}
 		}
+		restore()
 		if out, err := g.env.Shell(t, runbookLine(t, outageRunbook, "widgetry.io/break-glass-")); err != nil {
 			t.Fatalf("the runbook's removal of the annotation: %v\n%s", err, out)
 		}
@@ -429,14 +433,7 @@ func TestStageGuardBypassesAndBreakGlass(t *testing.T) {
 		if out, err := g.env.Kubectl(t, "annotate", "crd", crd.WidgetName, "widgetry.io/break-glass-"); err != nil {
 			t.Fatalf("removing the annotation before the restore: %v\n%s", err, out)
 		}
-		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			c := g.live()
-			c.Spec.Conversion = g.at(crd.StageMigrate).Spec.Conversion
-			return g.env.Client.Update(t.Context(), c)
-		})
-		if err != nil {
-			t.Fatalf("restoring the conversion webhook: %v", err)
-		}
+		restore()
 	})
 	g.delete()
 
