@@ -4,7 +4,6 @@ package chart
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -273,24 +271,11 @@ func gone(t *testing.T, env *testenv.Env, version, name, ns string) {
 // named name: the calls that failed and let the request through (failurePolicy Ignore).
 func failOpens(t *testing.T, env *testenv.Env, name string) float64 {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
-	if err != nil {
-		t.Fatalf("the apiserver's /metrics: %v", err)
-	}
 	var total float64
-	for _, line := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(line, "apiserver_admission_webhook_fail_open_count{") || !strings.Contains(line, `name="`+name+`"`) {
-			continue
+	for _, m := range env.APIServerMetrics(t)["apiserver_admission_webhook_fail_open_count"].GetMetric() {
+		if testenv.Label(m, "name") == name {
+			total += m.GetCounter().GetValue()
 		}
-		v, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
-		if err != nil {
-			t.Fatalf("parsing %q: %v", line, err)
-		}
-		total += v
 	}
 	return total
 }

@@ -3,7 +3,6 @@
 package migrate_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -11,16 +10,12 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -370,26 +365,14 @@ type histogram map[float64]uint64
 
 func requestLatency(b *testing.B, env *testenv.Env) histogram {
 	b.Helper()
-	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
-	if err != nil {
-		b.Fatal(err)
-	}
-	body, err := dc.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
-	if err != nil {
-		b.Fatalf("read the apiserver's /metrics: %v", err)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		b.Fatalf("parse the apiserver's metrics: %v", err)
-	}
+	families := env.APIServerMetrics(b)
 	h := histogram{}
 	fam := families["apiserver_request_duration_seconds"]
 	if fam == nil {
 		b.Fatal("the apiserver exports no apiserver_request_duration_seconds")
 	}
 	for _, m := range fam.GetMetric() {
-		if label(m, "resource") != "widgets" {
+		if testenv.Label(m, "resource") != "widgets" {
 			continue
 		}
 		for _, bk := range m.GetHistogram().GetBucket() {
@@ -397,15 +380,6 @@ func requestLatency(b *testing.B, env *testenv.Env) histogram {
 		}
 	}
 	return h
-}
-
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
 }
 
 func (h histogram) minus(o histogram) histogram {
