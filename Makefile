@@ -126,9 +126,9 @@ bench: tools ## Benchmarks, benchstat-friendly, with ratios and targets (long: 1
 	scripts/bench-ratios.sh $(BIN)/bench.txt
 	go test -tags envtest -run '^$$' -bench BenchmarkListThroughConversion -benchtime 3x -count 6 -timeout 60m ./internal/webhook/ | tee $(BIN)/bench-list.txt $(BIN)/reports/bench-list.txt | $(BENCH_FILTER)
 	scripts/bench-ratios.sh $(BIN)/bench-list.txt
-	go test -tags envtest -run '^$$' -bench BenchmarkManagerAtScale -benchtime 1x -count 1 -timeout 90m ./internal/manager/ | tee $(BIN)/bench-manager.txt | $(BENCH_FILTER)
+	go test -tags envtest -run '^$$' -bench BenchmarkManagerAtScale -benchtime 1x -count 1 -timeout 90m ./internal/manager/ | tee $(BIN)/bench-manager.txt $(BIN)/reports/bench-manager.txt | $(BENCH_FILTER)
 	scripts/bench-ratios.sh $(BIN)/bench-manager.txt
-	go test -tags envtest -run '^$$' -bench BenchmarkReencode -benchtime 1x -count 3 -timeout 180m ./internal/migrate/ | tee $(BIN)/bench-migrate.txt | $(BENCH_FILTER)
+	go test -tags envtest -run '^$$' -bench BenchmarkReencode -benchtime 1x -count 3 -timeout 180m ./internal/migrate/ | tee $(BIN)/bench-migrate.txt $(BIN)/reports/bench-migrate.txt | $(BENCH_FILTER)
 	scripts/migrate-bench-ratios.sh $(BIN)/bench-migrate.txt
 
 .PHONY: reports

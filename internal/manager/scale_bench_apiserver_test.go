@@ -122,6 +122,7 @@ func BenchmarkManagerAtScale(b *testing.B) {
 	b.StopTimer()
 
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(float64(n), "widgets") // for the report: the size the figures are for
 	b.ReportMetric(idle, "rss-idle-MiB")
 	b.ReportMetric(created, "rss-created-MiB")
 	b.ReportMetric(max(*peak, reconciled), "rss-peak-MiB")

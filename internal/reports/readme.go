@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -53,20 +54,31 @@ var renderers = map[string]func(root string) (string, error){
 		}
 		return tb.Text(), nil
 	},
-	"bench-list": func(root string) (string, error) {
-		res, err := ReadBench(filepath.Join(root, DataDir, ListBenchFile))
+	"bench-list": benchBlock(ListBenchFile, ListTable),
+	"bench-conversion": benchBlock(ConversionBenchFile, ConversionTable),
+	"bench-manager":    benchBlock(ManagerBenchFile, ManagerTable),
+	"bench-migrate":    benchBlock(MigrateBenchFile, MigrateTable),
+}
+
+// benchBlock renders a block from a committed benchmark output with its table function.
+func benchBlock(file string, table func([]BenchResult) (string, error)) func(root string) (string, error) {
+	return func(root string) (string, error) {
+		res, err := ReadBench(filepath.Join(root, DataDir, file))
 		if err != nil {
 			return "", err
 		}
-		return ListTable(res)
-	},
-	"bench-conversion": func(root string) (string, error) {
-		res, err := ReadBench(filepath.Join(root, DataDir, ConversionBenchFile))
-		if err != nil {
-			return "", err
-		}
-		return ConversionTable(res)
-	},
+		return table(res)
+	}
+}
+
+// knownBlocks names every block a README may hold, for the error that names an unknown one.
+func knownBlocks() string {
+	names := make([]string, 0, len(renderers))
+	for name := range renderers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
 }
 
 // Render returns text with every generated block rendered anew from the committed reports.
@@ -81,7 +93,7 @@ func Render(root, text string) (string, error) {
 		}
 		render, ok := renderers[m[2]]
 		if !ok {
-			errs = append(errs, fmt.Sprintf("block %q names no report (known: production-proof, bench-conversion, bench-list, make-test-times, toolchain-build)", m[2]))
+			errs = append(errs, fmt.Sprintf("block %q names no report (known: %s)", m[2], knownBlocks()))
 			return block
 		}
 		body, err := render(root)
@@ -132,7 +144,7 @@ func UpdateREADMEs(root string) error {
 // runs wrote), and returns the names it copied.
 func Collect(root, from string) ([]string, error) {
 	var copied []string
-	for _, name := range []string{ProofFile, strings.TrimSuffix(ProofFile, ".json") + ".txt", ConversionBenchFile, ListBenchFile, TestTimesFile, ToolchainFile} {
+	for _, name := range []string{ProofFile, strings.TrimSuffix(ProofFile, ".json") + ".txt", ConversionBenchFile, ListBenchFile, ManagerBenchFile, MigrateBenchFile, TestTimesFile, ToolchainFile} {
 		b, err := os.ReadFile(filepath.Join(from, name))
 		if os.IsNotExist(err) {
 			continue
