@@ -54,7 +54,7 @@ var renderers = map[string]func(root string) (string, error){
 		}
 		return tb.Text(), nil
 	},
-	"bench-list": benchBlock(ListBenchFile, ListTable),
+	"bench-list":       benchBlock(ListBenchFile, ListTable),
 	"bench-conversion": benchBlock(ConversionBenchFile, ConversionTable),
 	"bench-manager":    benchBlock(ManagerBenchFile, ManagerTable),
 	"bench-migrate":    benchBlock(MigrateBenchFile, MigrateTable),
