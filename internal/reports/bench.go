@@ -121,12 +121,6 @@ func ConversionTable(results []BenchResult) (string, error) {
 		return "", fmt.Errorf("no BenchmarkConvertReview results")
 	}
 	direction := map[string]string{"to=v1": "v1alpha1 → v1", "to=v1alpha1": "v1 → v1alpha1"}
-	bold := func(ok bool, s string) string {
-		if ok {
-			return "**" + s + "**"
-		}
-		return s + " (missed)"
-	}
 	var b strings.Builder
 	b.WriteString("| direction, `-cpu` | (a) this handler | (b) controller-runtime | (c) encoding/json floor | a/b | a/c | (a) allocated / payload | (a) peak heap / body |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- |\n")
@@ -141,13 +135,13 @@ func ConversionTable(results []BenchResult) (string, error) {
 		ac := a.Metrics["ns/op"] / c.Metrics["ns/op"]
 		abCell := fmt.Sprintf("%.2f", ab)
 		if k.cpu == 1 {
-			abCell = bold(ab <= 0.3, abCell)
+			abCell = metTarget(ab <= 0.3, abCell)
 		}
 		fmt.Fprintf(&b, "| %s, %d | %.0f ms | %.0f ms | %.0f ms | %s | %s | %s | %s |\n", direction[k.dir], k.cpu,
 			a.Metrics["ns/op"]/1e6, sb.Metrics["ns/op"]/1e6, c.Metrics["ns/op"]/1e6, abCell,
-			bold(ac <= 2, fmt.Sprintf("%.2f", ac)),
-			bold(a.Metrics["alloc-B/payload-B"] <= 3, fmt.Sprintf("%.2f", a.Metrics["alloc-B/payload-B"])),
-			bold(a.Metrics["peak-heap/body"] <= PeakHeapPerBody, fmt.Sprintf("%.2f", a.Metrics["peak-heap/body"])))
+			metTarget(ac <= 2, fmt.Sprintf("%.2f", ac)),
+			metTarget(a.Metrics["alloc-B/payload-B"] <= 3, fmt.Sprintf("%.2f", a.Metrics["alloc-B/payload-B"])),
+			metTarget(a.Metrics["peak-heap/body"] <= PeakHeapPerBody, fmt.Sprintf("%.2f", a.Metrics["peak-heap/body"])))
 	}
 	var counts []string
 	for n := range runs {
@@ -173,7 +167,6 @@ func ListTable(results []BenchResult) (string, error) {
 	type row struct{ v1alpha1, v1 BenchResult }
 	var shapes []string
 	rows := map[string]*row{}
-	widgets := map[float64]bool{}
 	for _, r := range results {
 		rest, ok := strings.CutPrefix(r.Name, "BenchmarkListThroughConversion/")
 		if !ok {
@@ -193,18 +186,16 @@ func ListTable(results []BenchResult) (string, error) {
 		case "v1":
 			rows[shape].v1 = r
 		}
-		widgets[r.Metrics["widgets"]] = true
 	}
 	if len(shapes) == 0 {
 		return "", fmt.Errorf("no BenchmarkListThroughConversion results")
 	}
-	if len(widgets) != 1 || widgets[0] {
-		return "", fmt.Errorf("BenchmarkListThroughConversion: the results do not name one collection size (%v)", widgets)
+	widgets, err := oneSize(results, "BenchmarkListThroughConversion/", "widgets")
+	if err != nil {
+		return "", err
 	}
 	var b strings.Builder
-	for w := range widgets {
-		fmt.Fprintf(&b, "%.0f Widgets stored as v1; one op is a whole LIST, every page read.\n\n", w)
-	}
+	fmt.Fprintf(&b, "%.0f Widgets stored as v1; one op is a whole LIST, every page read.\n\n", widgets)
 	b.WriteString("| LIST | through v1alpha1 (converted) | through v1 (no conversion) | v1alpha1/v1 (target ≤ 1.1) | runs |\n| --- | ---: | ---: | ---: | ---: |\n")
 	for _, shape := range shapes {
 		r := rows[shape]
@@ -212,11 +203,34 @@ func ListTable(results []BenchResult) (string, error) {
 			return "", fmt.Errorf("%s: a version's results are missing", shape)
 		}
 		ratio := r.v1alpha1.Metrics["ns/op"] / r.v1.Metrics["ns/op"]
-		cell := fmt.Sprintf("**%.2f**", ratio)
-		if ratio > 1.1 {
-			cell = fmt.Sprintf("%.2f (missed)", ratio)
-		}
+		cell := metTarget(ratio <= 1.1, fmt.Sprintf("%.2f", ratio))
 		fmt.Fprintf(&b, "| %s | %.2f s | %.2f s | %s | %d |\n", shape, r.v1alpha1.Metrics["ns/op"]/1e9, r.v1.Metrics["ns/op"]/1e9, cell, r.v1alpha1.Runs)
 	}
 	return b.String(), nil
+}
+
+// oneSize is the one value of unit (the collection size a table is for) that every result
+// named with prefix reports; results of mixed sizes, or without one, cannot make one table.
+func oneSize(results []BenchResult, prefix, unit string) (float64, error) {
+	sizes := map[float64]bool{}
+	for _, r := range results {
+		if strings.HasPrefix(r.Name, prefix) {
+			sizes[r.Metrics[unit]] = true
+		}
+	}
+	if len(sizes) != 1 || sizes[0] {
+		return 0, fmt.Errorf("%s: the results do not name one %s (%v)", strings.TrimSuffix(prefix, "/"), unit, sizes)
+	}
+	for n := range sizes {
+		return n, nil
+	}
+	return 0, nil // not reached: sizes holds one value
+}
+
+// metTarget shows a figure that meets its target in bold and one that misses it as missed.
+func metTarget(ok bool, cell string) string {
+	if ok {
+		return "**" + cell + "**"
+	}
+	return cell + " (missed)"
 }

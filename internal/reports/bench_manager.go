@@ -50,9 +50,9 @@ func ManagerTable(results []BenchResult) (string, error) {
 	if run == nil {
 		return "", fmt.Errorf("no BenchmarkManagerAtScale results")
 	}
-	widgets := run.Metrics["widgets"]
-	if widgets <= 0 {
-		return "", fmt.Errorf("BenchmarkManagerAtScale: the results do not say how many Widgets (no widgets metric)")
+	widgets, err := oneSize(results, "BenchmarkManagerAtScale", "widgets")
+	if err != nil {
+		return "", err
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%.0f Widgets, each with its Deployment and Service; the manager alone (VmRSS of its process), GOMEMLIMIT as the chart sets it; %s.\n\n",
@@ -73,14 +73,6 @@ func ManagerTable(results []BenchResult) (string, error) {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", row.what, cell, target)
 	}
 	return b.String(), nil
-}
-
-// metTarget shows a figure that meets its target in bold and one that misses it as missed.
-func metTarget(ok bool, cell string) string {
-	if ok {
-		return "**" + cell + "**"
-	}
-	return cell + " (missed)"
 }
 
 // plural is "1 run", "3 runs".

@@ -45,7 +45,6 @@ var migrateRatios = []struct {
 // met in bold. Every variant must have re-encoded the same number of objects.
 func MigrateTable(results []BenchResult) (string, error) {
 	byKey := map[string]BenchResult{}
-	objects := map[float64]bool{}
 	for _, r := range results {
 		v, ok := strings.CutPrefix(r.Name, "BenchmarkReencode/variant=")
 		if !ok {
@@ -56,13 +55,13 @@ func MigrateTable(results []BenchResult) (string, error) {
 			return "", fmt.Errorf("BenchmarkReencode: two variants named %s", key)
 		}
 		byKey[key] = r
-		objects[r.Metrics["objects"]] = true
 	}
 	if len(byKey) == 0 {
 		return "", fmt.Errorf("no BenchmarkReencode results")
 	}
-	if len(objects) != 1 || objects[0] {
-		return "", fmt.Errorf("BenchmarkReencode: the variants do not name one number of objects (%v)", objects)
+	objects, err := oneSize(results, "BenchmarkReencode/", "objects")
+	if err != nil {
+		return "", err
 	}
 	for _, need := range []string{"a", "a1", "b", "b1", "c", "d"} {
 		if _, ok := byKey[need]; !ok {
@@ -70,9 +69,7 @@ func MigrateTable(results []BenchResult) (string, error) {
 		}
 	}
 	var b strings.Builder
-	for n := range objects {
-		fmt.Fprintf(&b, "%.0f Widgets re-encoded after the storage flip, every variant on the same objects against the same apiserver.\n\n", n)
-	}
+	fmt.Fprintf(&b, "%.0f Widgets re-encoded after the storage flip, every variant on the same objects against the same apiserver.\n\n", objects)
 	b.WriteString("| variant | client and path | objects/s | apiserver p99 | admission reviews / object | runs |\n| --- | --- | ---: | ---: | ---: | ---: |\n")
 	for _, v := range migrateVariants {
 		r, ok := byKey[v.key]
