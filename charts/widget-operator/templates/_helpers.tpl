@@ -144,6 +144,90 @@ collection go on while every pod of ours is gone or hung.
     (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {})
 {{- end -}}
 
+{{/*
+"true" when the MutatingAdmissionPolicy keeps, for v1alpha1 writers, what that version cannot
+express (templates/mutatingadmissionpolicy.yaml), "" when the mutating webhook alone does.
+webhook.mutation auto decides from the cluster's API versions at render time (helm install and
+upgrade read them from the cluster; helm template needs --api-versions
+admissionregistration.k8s.io/v1/MutatingAdmissionPolicy); policy and webhook force a route.
+*/}}
+{{- define "widget-operator.keepByPolicy" -}}
+{{- $mode := .Values.webhook.mutation | default "auto" }}
+{{- if not (has $mode (list "auto" "policy" "webhook")) }}
+{{- fail (printf "webhook.mutation %q is not one of auto, policy, webhook" $mode) }}
+{{- end }}
+{{- if or (eq $mode "policy") (and (eq $mode "auto") (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy")) }}true{{ end }}
+{{- end -}}
+
+{{/*
+A CEL condition, true when the MutatingAdmissionPolicy computes exactly what the mutating
+webhook would for an UPDATE through v1alpha1: the stored object's and the request's
+conversion-data annotations are each absent or in the canonical form that
+conversion.RestoreData.Marshal writes — {}, {"paused":true}, {"timeout":"T"} or
+{"timeout":"T","paused":true} — with T a Go duration of at most four components, each small
+enough that time.ParseDuration (which CEL's duration() is) cannot overflow, and nothing to
+unescape. CEL has no JSON parser; this grammar is what its regular expressions can read
+exactly. Anything else (another key order, spaces, JSON escapes, unknown keys, a malformed
+value) goes to the webhook, which parses JSON; the policy's matchConditions require this
+condition and, when the policy is rendered, the webhook's require its negation, so each request
+is handled by exactly one of them. Values over 256 characters go to the webhook before any
+regular expression runs, which bounds the CEL cost. matchConditions cannot use variables,
+hence one expression, written out for both objects.
+*/}}
+{{- define "widget-operator.conversionDataCanonical" -}}
+{{- $key := "widgetry.io/conversion-data" }}
+{{- $digits := dict "ns" 17 "us|µs|μs" 14 "ms" 11 "s" 8 "m" 6 "h" 5 }}
+{{- $components := list }}
+{{- range $unit := list "ns" "us|µs|μs" "ms" "s" "m" "h" }}
+{{- $components = append $components (printf `(?:[0-9]{1,%d}(?:\.[0-9]*)?|\.[0-9]+)(?:%s)` (get $digits $unit | int) $unit) }}
+{{- end }}
+{{- $re := printf `^\{(?:"timeout":"[-+]?(?:%s){1,4}"(?:,"paused":true)?|"paused":true)?\}$` (join "|" $components) }}
+{{- $conds := list }}
+{{- range $obj := list "oldObject" "object" }}
+{{- $conds = append $conds (printf "(!has(%[1]s.metadata.annotations) || !(%[2]s in %[1]s.metadata.annotations) || (size(%[1]s.metadata.annotations[%[2]s]) <= 256 && %[1]s.metadata.annotations[%[2]s].matches(r'%[3]s')))" $obj (squote $key) $re) }}
+{{- end }}
+{{- join " && " $conds }}
+{{- end -}}
+
+{{/*
+A CEL expression: the conversion-data annotation an UPDATE through v1alpha1 must store, as
+conversion.RestoreData.Marshal writes it ('{}' when nothing is to be kept), for requests where
+widget-operator.conversionDataCanonical holds. The same steps as the mutating webhook
+(webhook.Defaulter with conversion.SpecFromHub/SpecToHub):
+  - paused: always kept from the stored object;
+  - the exact timeout: the stored annotation's, while it is still the stored object's timeout
+    (it rounds up to the stored timeoutSeconds: ceil(T) = s exactly when
+    (s-1)s < T <= s·s, compared as durations; getSeconds() goes through float64), is not just
+    the canonical rendering of those whole seconds (which timeoutSeconds holds on its own,
+    time.Duration.String: 59s, 1m0s, 1h0m0s), and the request did not change timeoutSeconds
+    (then it rounds up to the request's seconds too; a changed value means a v1alpha1 client
+    set a new timeout, which wins).
+The request's own annotation plays no part: it is replaced by what the stored object implies.
+Admission CEL has no cel.bind and a webhook's matchConditions no variables, so each step is
+bound as [value].map(name, rest)[0]: one expression, the same in the policy and in the
+webhook's condition.
+*/}}
+{{- define "widget-operator.keptConversionData" -}}
+{{- $key := squote "widgetry.io/conversion-data" -}}
+[has(oldObject.metadata.annotations) && {{ $key }} in oldObject.metadata.annotations ? oldObject.metadata.annotations[{{ $key }}] : ''].map(stored,
+[stored.endsWith('"paused":true}')].map(paused,
+[stored.startsWith('{"timeout":"') ? stored.substring(12, stored.indexOf('"', 12)) : ''].map(exact,
+[has(oldObject.spec) && has(oldObject.spec.timeoutSeconds) ? oldObject.spec.timeoutSeconds : 0].map(oldSeconds,
+[has(object.spec) && has(object.spec.timeoutSeconds) ? object.spec.timeoutSeconds : 0].map(newSeconds,
+[oldSeconds >= 3600 ? string(oldSeconds / 3600) + 'h' + string(oldSeconds % 3600 / 60) + 'm' + string(oldSeconds % 60) + 's'
+  : oldSeconds >= 60 ? string(oldSeconds / 60) + 'm' + string(oldSeconds % 60) + 's' : string(oldSeconds) + 's'].map(wholeSeconds,
+[exact != '' && oldSeconds > 0 && newSeconds == oldSeconds && exact != wholeSeconds &&
+    duration(exact) > duration(string(oldSeconds - 1) + 's') && duration(exact) <= duration(string(oldSeconds) + 's') ? exact : ''].map(timeout,
+  timeout != '' ? '{"timeout":"' + timeout + (paused ? '","paused":true}' : '"}') : paused ? '{"paused":true}' : '{}'
+)[0])[0])[0])[0])[0])[0])[0]
+{{- end -}}
+
+{{/* A CEL expression: the request's conversion-data annotation, '' when it has none. */}}
+{{- define "widget-operator.requestConversionData" -}}
+{{- $key := squote "widgetry.io/conversion-data" -}}
+has(object.metadata.annotations) && {{ $key }} in object.metadata.annotations ? object.metadata.annotations[{{ $key }}] : ''
+{{- end -}}
+
 {{/* Pod and container security contexts (values; the defaults meet Pod Security "restricted"). */}}
 {{- define "widget-operator.podSecurityContext" -}}
 {{- toYaml .Values.podSecurityContext }}
