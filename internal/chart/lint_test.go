@@ -65,8 +65,8 @@ func TestCTLint(t *testing.T) {
 	}
 }
 
-// TestKubeconform validates the chart rendered at every stage and with every ci value set,
-// with the monitoring APIs present, against the offline strict schemas (Kubernetes v1.37.2,
+// TestKubeconform validates the chart rendered at every stage, with every ci value set and
+// with the MutatingAdmissionPolicy, with the monitoring APIs present, against the offline strict schemas (Kubernetes v1.37.2,
 // cert-manager, prometheus-operator) that scripts/toolchain.sh kubeconform generates.
 func TestKubeconform(t *testing.T) {
 	kubeconform := tool(t, "kubeconform")
@@ -92,6 +92,8 @@ func TestKubeconform(t *testing.T) {
 	for _, s := range crd.Stages {
 		add(string(s), helmtemplate.Options{Values: map[string]any{"apiUpgrade": map[string]any{"stage": string(s)}}})
 	}
+	// The MutatingAdmissionPolicy route (rendered where the cluster serves it).
+	add("mutation-policy", helmtemplate.Options{Values: map[string]any{"webhook": map[string]any{"mutation": "policy"}}})
 	for _, f := range ciValues(t) {
 		b, err := os.ReadFile(f)
 		if err != nil {

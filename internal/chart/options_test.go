@@ -479,6 +479,13 @@ var optionCases = []valueCase{{
 			}
 		}
 	},
+}, {
+	name: "mutation by the webhook alone",
+	kv:   []any{"webhook.mutation", "webhook"},
+	apis: []string{mutatingAdmissionPolicyAPI},
+	check: func(t *testing.T, objs helmtemplate.Objects) {
+		checkKeepingRoute(t, objs, false)
+	},
 }}
 
 // TestValuesRefused: values each valid alone but wrong together fail helm template (so helm

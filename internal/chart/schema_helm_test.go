@@ -26,6 +26,7 @@ func TestSchemaRejects(t *testing.T) {
 		{"issuerRef without a name", set("certManager.issuerRef", map[string]any{"kind": "ClusterIssuer"}), []string{"certManager.issuerRef.name"}},
 		{"bad issuer kind", set("certManager.issuerRef", map[string]any{"name": "x", "kind": "Issuers"}), []string{"/certManager/issuerRef/kind"}},
 		{"bad pull policy", set("image.pullPolicy", "Sometimes"), []string{"/image/pullPolicy"}},
+		{"unknown mutation route", set("webhook.mutation", "both"), []string{"/webhook/mutation", "auto", "policy"}},
 	}
 	for name, helm := range helms(t) {
 		for _, tt := range tests {

@@ -4,11 +4,13 @@ package webhook_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -119,7 +121,9 @@ type keepOutcome struct {
 // install does. What each write stores is the same on both, and as the case wants. On the
 // policy's cluster, every canonical case goes through with nothing listening for the webhook
 // (the policy alone keeps paused and the exact timeout), and every other case is refused
-// until the webhook answers, then stores what the webhook route stores.
+// until the webhook answers, then stores what the webhook route stores while the canonical
+// ones still never call it. With the policy's binding deleted, the webhook, as configured for
+// the policy route, keeps everything itself.
 func TestKeepingRoutesAgree(t *testing.T) {
 	reviews := &atomic.Int64{}
 	mux := http.NewServeMux()
@@ -173,6 +177,25 @@ func TestKeepingRoutesAgree(t *testing.T) {
 			case !tc.canonical && calls == 0:
 				t.Errorf("%s: not canonical, yet the webhook was not called", tc.name)
 			}
+			checkKeepCase(t, tc, got)
+			compareRoutes(t, tc.name, got, webhookRoute)
+		}
+		// Without the policy in effect (not loaded yet right after an upgrade to it, or
+		// deleted), the webhook's condition sees an annotation that is not yet what must be
+		// stored and calls it: nothing is lost in between.
+		if err := env.Client.Delete(context.Background(), k.Binding); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 30*time.Second, "the policy's binding gone from the apiserver", func() error {
+			before := reviews.Load()
+			runKeepCase(t, env, keepCases[0])
+			if reviews.Load() == before {
+				return fmt.Errorf("the webhook was not called: the policy still kept %s", keepCases[0].name)
+			}
+			return nil
+		})
+		for _, tc := range keepCases {
+			got := runKeepCase(t, env, tc)
 			checkKeepCase(t, tc, got)
 			compareRoutes(t, tc.name, got, webhookRoute)
 		}
