@@ -36,6 +36,12 @@ import (
 // the client used, Kind what was sent). As v1alpha1 the patch writes the annotation; as v1
 // it writes spec.paused and spec.timeout. Running it twice, or after another webhook,
 // changes nothing more.
+//
+// Where the cluster serves MutatingAdmissionPolicy, the chart's policy computes the same in
+// CEL for annotations in the form RestoreData.Marshal writes, and the apiserver calls this
+// handler only for the rest (doc.go). A change to these rules (conversion.SpecToHub,
+// SpecFromHub, Marshal) is a change to the policy too (the chart's _helpers.tpl,
+// widget-operator.keptConversionData); TestKeepingRoutesAgree holds the two together.
 type Defaulter struct{}
 
 // Handle implements admission.Handler.

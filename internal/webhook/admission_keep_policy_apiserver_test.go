@@ -43,6 +43,8 @@ type keepCase struct {
 	// all, the map absent).
 	seconds     int32
 	annotations map[string]string
+	// endpoints are the request's.
+	endpoints []v1alpha1.Endpoint
 	// want is what is stored afterwards (nil: no annotations); refused: the write fails.
 	want    map[string]string
 	refused string
@@ -105,6 +107,10 @@ var keepCases = []keepCase{
 	{name: "request-spaced-right", stored: `{"paused":true}`, storedSeconds: 10, seconds: 10, annotations: data(`{"paused": true}`), want: data(`{"paused": true}`)},
 	{name: "request-spaced-wrong", stored: `{"paused":true}`, storedSeconds: 10, seconds: 10, annotations: data(`{"paused": false}`), want: data(`{"paused":true}`)},
 	{name: "request-malformed", storedSeconds: 10, seconds: 10, annotations: data(`{`), refused: "is not valid conversion data"},
+	// Refused either way, by different checks: the Defaulter's conversion (webhook route) or
+	// the CRD's listType=map (policy route, where the webhook is not called).
+	{name: "duplicate-endpoints", stored: `{"paused":true}`, storedSeconds: 10, seconds: 10, endpoints: []v1alpha1.Endpoint{{Name: "http", Port: 80}, {Name: "http", Port: 81}},
+		refused: "uplicate", canonical: true},
 }
 
 // keepOutcome is what a case left: the stored annotations and timeoutSeconds, or the refusal.
@@ -244,7 +250,7 @@ func runKeepCase(t *testing.T, env *testenv.Env, tc keepCase) keepOutcome {
 	}
 	// What the old client holds: its own copy, not the stored object.
 	put := &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "keep", Name: stored.Name, ResourceVersion: stored.ResourceVersion, Annotations: tc.annotations},
-		Spec: v1alpha1.WidgetSpec{Image: "srv:2", Replicas: ptr.To[int32](1), TimeoutSeconds: ptr.To(tc.seconds)}}
+		Spec: v1alpha1.WidgetSpec{Image: "srv:2", Replicas: ptr.To[int32](1), TimeoutSeconds: ptr.To(tc.seconds), Endpoints: tc.endpoints}}
 	if err := env.Client.Update(ctx, put); err != nil {
 		return keepOutcome{err: err.Error()}
 	}
@@ -257,6 +263,9 @@ func runKeepCase(t *testing.T, env *testenv.Env, tc keepCase) keepOutcome {
 
 func checkKeepCase(t *testing.T, tc keepCase, got keepOutcome) {
 	t.Helper()
+	if got.err != "" {
+		t.Logf("%s: refused: %s", tc.name, got.err)
+	}
 	switch {
 	case tc.refused != "":
 		if !strings.Contains(got.err, tc.refused) {

@@ -9,7 +9,8 @@
 // admission webhook; the chart registers both of ours with matchPolicy Equivalent, so a
 // request through either version reaches them. Their failurePolicy follows from what each
 // protects: the mutating webhook's is Fail, since an update through v1alpha1 without it would
-// drop what that version cannot express; the validating webhook's is Ignore, since the CRD's
+// drop what that version cannot express (so is the MutatingAdmissionPolicy's, below, that does
+// its work where the cluster serves one); the validating webhook's is Ignore, since the CRD's
 // CEL rules refuse everything it refuses but the normalized-name length, so while our pods are
 // down a write fails open to the CRD's rules rather than fail. Their matchConditions keep
 // the apiserver from calling them for what neither could change: an UPDATE that leaves the
@@ -44,6 +45,35 @@
 //     in-process (internal/conversion), so one set of checks serves both versions without a
 //     round trip through the conversion webhook, and both name fields as the request's
 //     version does (spec.replicas for v1alpha1, spec.size for v1).
+//
+// # Keeping what v1alpha1 cannot express: a policy where the cluster has one
+//
+// Where the cluster serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (the
+// chart decides at render time from the cluster's API versions; chart value
+// webhook.mutation), the keeping of spec.paused and the exact spec.timeout for v1alpha1
+// writers is the chart's MutatingAdmissionPolicy widgets.widgetry.io-keep-v1-fields, which the
+// apiserver evaluates itself, before any webhook, with no pod of ours. It computes in CEL what
+// the Defaulter computes (the conversion package's rules, on the v1alpha1 object: the
+// annotation as RestoreData.Marshal writes it). Elsewhere the Defaulter alone does, as before.
+//
+// What stays in the webhook when the policy is there, and why: CEL has no JSON parser, so the
+// policy reads the conversion-data annotation with regular expressions, and only in the form
+// this operator writes ({}, {"paused":true}, {"timeout":"T"}, {"timeout":"T","paused":true},
+// with T a Go duration short enough that parsing cannot overflow). An annotation, stored or
+// sent, in any other form — keys in another order, spaces, JSON escapes (\u0073), unknown
+// keys, "paused":false, a number of more digits than the grammar takes, a malformed value —
+// is the webhook's: it parses JSON, keeps a semantically equal annotation the client sent
+// verbatim, admits a write over an unreadable stored value with a warning, and refuses a
+// malformed one sent. The policy's matchConditions take only the canonical form; the
+// webhook's, with the policy rendered, call it when the annotation is not canonical or, after
+// the policy, still not what must be stored (the apiserver had not loaded the policy yet,
+// e.g. just after an upgrade, or it was deleted), so there is no window in which neither
+// acts. Usually neither holds and a v1alpha1 write never waits on our pods. TestKeepingRoutesAgree
+// (envtest) runs one corpus through both routes and holds them to the same stored result,
+// the canonical cases with nothing listening for the webhook. One difference remains and
+// stores nothing either way: a request with two endpoints of one name is refused by the
+// Defaulter's conversion (duplicate endpoint name) on the webhook route and by the CRD's
+// schema (listType map) on the policy route, with different messages.
 //
 // # Conversion
 //
