@@ -648,41 +648,11 @@ func containerRestarts(pod *corev1.Pod) map[string]int32 {
 }
 
 // killContainer ends container name of pod with SIGKILL sent from the node to each of its
-// processes (found through their cgroup, which names the container), as the kernel's OOM
-// killer or a crash would: no SIGTERM, so nothing is handed over or released.
+// processes, as the kernel's OOM killer or a crash would: no SIGTERM, so nothing is handed over
+// or released.
 func killContainer(t *testing.T, pod *corev1.Pod, name string) {
 	t.Helper()
-	var id string
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == name {
-			_, id, _ = strings.Cut(cs.ContainerID, "://")
-		}
-	}
-	if id == "" {
-		t.Fatalf("pod %s has no running container %s", pod.Name, name)
-	}
-	procs, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	killed := 0
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil {
-			continue
-		}
-		cgroup, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cgroup"))
-		if err != nil || !strings.Contains(string(cgroup), id) {
-			continue
-		}
-		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
-			killed++
-		}
-	}
-	if killed == 0 {
-		t.Fatalf("no process of container %s (%s) of pod %s found to kill", name, id, pod.Name)
-	}
-	t.Logf("SIGKILL sent to %d process(es) of container %s of pod %s", killed, name, pod.Name)
+	signalContainer(t, pod, name, syscall.SIGKILL)
 }
 
 // namedLeader reads the Lease until it names a holder: a read that fails under load is not

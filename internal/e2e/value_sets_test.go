@@ -261,7 +261,7 @@ func managerPodsIn(t *testing.T, c *cluster.Cluster, ns string) []livePod {
 const releaseKinds = "deployments,services,configmaps,secrets,serviceaccounts,roles,rolebindings,networkpolicies,resourcequotas," +
 	"poddisruptionbudgets,jobs,pods,certificates.cert-manager.io,issuers.cert-manager.io,servicemonitors,prometheusrules," +
 	"clusterroles,clusterrolebindings,mutatingwebhookconfigurations,validatingwebhookconfigurations," +
-	"validatingadmissionpolicies,validatingadmissionpolicybindings,customresourcedefinitions"
+	"validatingadmissionpolicies,validatingadmissionpolicybindings,mutatingadmissionpolicies,mutatingadmissionpolicybindings,customresourcedefinitions"
 
 // releaseObjects lists the objects of releaseKinds matching a label selector, in every
 // namespace, as kind/name, leaving out those being deleted.

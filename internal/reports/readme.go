@@ -54,6 +54,16 @@ var renderers = map[string]func(root string) (string, error){
 		}
 		return tb.Text(), nil
 	},
+	"outage-matrix": func(root string) (string, error) {
+		m, err := ReadOutage(filepath.Join(root, DataDir, OutageFile))
+		if os.IsNotExist(err) {
+			return "No outage matrix has been published yet: run `make reports` after a `make test-e2e` that passes.\n", nil
+		}
+		if err != nil {
+			return "", err
+		}
+		return m.Text(), nil
+	},
 	"bench-list":       benchBlock(ListBenchFile, ListTable),
 	"bench-conversion": benchBlock(ConversionBenchFile, ConversionTable),
 	"bench-manager":    benchBlock(ManagerBenchFile, ManagerTable),
@@ -144,7 +154,7 @@ func UpdateREADMEs(root string) error {
 // runs wrote), and returns the names it copied.
 func Collect(root, from string) ([]string, error) {
 	var copied []string
-	for _, name := range []string{ProofFile, strings.TrimSuffix(ProofFile, ".json") + ".txt", ConversionBenchFile, ListBenchFile, ManagerBenchFile, MigrateBenchFile, TestTimesFile, ToolchainFile} {
+	for _, name := range []string{ProofFile, strings.TrimSuffix(ProofFile, ".json") + ".txt", ConversionBenchFile, ListBenchFile, ManagerBenchFile, MigrateBenchFile, OutageFile, TestTimesFile, ToolchainFile} {
 		b, err := os.ReadFile(filepath.Join(from, name))
 		if os.IsNotExist(err) {
 			continue

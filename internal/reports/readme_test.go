@@ -14,7 +14,7 @@ import (
 // wantBlocks are the generated blocks each README must hold: a block deleted with its figures
 // pasted back by hand must fail the test too.
 var wantBlocks = map[string][]string{
-	"README.md":                        {"make-test-times", "bench-conversion", "bench-list", "bench-manager", "bench-migrate", "production-proof"},
+	"README.md":                        {"make-test-times", "bench-conversion", "bench-list", "bench-manager", "bench-migrate", "production-proof", "outage-matrix"},
 	"charts/widget-operator/README.md": {"bench-manager"},
 }
 

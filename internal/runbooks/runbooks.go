@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 )
@@ -68,4 +69,32 @@ func Lines(dir string) ([]Line, error) {
 		return sc.Err()
 	})
 	return out, err
+}
+
+// Blocks returns the ```sh blocks of one page (path relative to runbooks/ under dir), in order,
+// each as the text on-call copies: its lines as written, the list's indentation removed.
+func Blocks(dir, page string) ([]string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, page))
+	if err != nil {
+		return nil, err
+	}
+	var blocks []string
+	var block []string
+	indent, inBlock := "", false
+	for _, line := range strings.Split(string(b), "\n") {
+		trimmed := strings.TrimSpace(line)
+		if strings.HasPrefix(trimmed, "```") {
+			if inBlock {
+				blocks = append(blocks, strings.Join(block, "\n")+"\n")
+				block = nil
+			}
+			inBlock = !inBlock && strings.HasPrefix(trimmed, "```sh")
+			indent = line[:len(line)-len(strings.TrimLeft(line, " "))]
+			continue
+		}
+		if inBlock {
+			block = append(block, strings.TrimPrefix(line, indent))
+		}
+	}
+	return blocks, nil
 }
