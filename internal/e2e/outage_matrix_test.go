@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -19,6 +20,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -338,6 +340,7 @@ func (m *matrix) webhooksUnreachable() outage {
 			selector = m.c.Kubectl(m.t, "-n", m.namespace, "get", "service", svc, "-o", "jsonpath={.spec.selector}")
 			m.c.Kubectl(m.t, "-n", m.namespace, "patch", "service", svc, "--type=merge", "-p", `{"spec":{"selector":{"widgetry.io/outage-matrix":"no-such-pod"}}}`)
 			m.waitEndpoints(svc, false)
+			m.waitUnreachable(svc)
 		},
 		end: func() {
 			m.c.Kubectl(m.t, "-n", m.namespace, "patch", "service", svc, "--type=json", "-p", `[{"op":"replace","path":"/spec/selector","value":`+selector+`}]`)
@@ -347,13 +350,41 @@ func (m *matrix) webhooksUnreachable() outage {
 
 // waitEndpoints waits until service has a ready endpoint (want) or none.
 func (m *matrix) waitEndpoints(service string, want bool) {
-	testenv.Eventually(m.t, 2*time.Minute, fmt.Sprintf("service %s ready endpoints: %v", service, want), func() error {
-		out := m.c.Kubectl(m.t, "-n", m.namespace, "get", "endpointslices", "-l", "kubernetes.io/service-name="+service,
-			"-o", `jsonpath={range .items[*].endpoints[?(@.conditions.ready==true)]}{.addresses[0]}{" "}{end}`)
-		if has := strings.TrimSpace(out) != ""; has != want {
-			return fmt.Errorf("ready endpoints: %q", out)
+	testenv.Eventually(m.t, 2*time.Minute, fmt.Sprintf("service %s has ready endpoints: %v", service, want), func() error {
+		slices := &discoveryv1.EndpointSliceList{}
+		if err := m.k.List(context.Background(), slices, client.InNamespace(m.namespace), client.MatchingLabels{discoveryv1.LabelServiceName: service}); err != nil {
+			return err
+		}
+		ready := 0
+		for _, s := range slices.Items {
+			for _, e := range s.Endpoints {
+				if ptr.Deref(e.Conditions.Ready, false) {
+					ready++
+				}
+			}
+		}
+		if (ready > 0) != want {
+			return fmt.Errorf("%d ready endpoints", ready)
 		}
 		return nil
+	})
+}
+
+// waitUnreachable waits until a connection to service's ClusterIP, made where the apiserver
+// makes its own, is refused: the outage as the apiserver sees it. A pod deleted with
+// --force is gone from the API before its processes end, and kube-proxy follows the
+// endpoints a moment later; until then the webhooks still answer.
+func (m *matrix) waitUnreachable(service string) {
+	ip := strings.TrimSpace(m.c.Kubectl(m.t, "-n", m.namespace, "get", "service", service, "-o", "jsonpath={.spec.clusterIP}"))
+	testenv.Eventually(m.t, 2*time.Minute, "connections to service "+service+" refused", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		conn, err := m.c.DialContext(ctx, "tcp", net.JoinHostPort(ip, "443"))
+		if err != nil {
+			return nil
+		}
+		conn.Close()
+		return fmt.Errorf("%s:443 still accepts connections", ip)
 	})
 }
 
@@ -407,6 +438,7 @@ func (m *matrix) bothGone() outage {
 			m.c.Kubectl(m.t, "-n", m.namespace, "scale", "deployment/"+release, "--replicas=0")
 			m.c.Kubectl(m.t, "-n", m.namespace, "delete", "pod", "-l", "app.kubernetes.io/component=manager", "--grace-period=0", "--force", "--wait=false")
 			m.c.Kubectl(m.t, "-n", m.namespace, "wait", "--for=delete", "pod", "-l", "app.kubernetes.io/component=manager", "--timeout=3m")
+			m.waitUnreachable(release + "-webhook")
 		},
 		end: func() {
 			m.restoreRelease()
@@ -423,7 +455,7 @@ func (m *matrix) bothGone() outage {
 // containers); at the end the processes still stopped are continued and the pods must be Ready.
 func (m *matrix) webhooksHung() outage {
 	var stopped []int
-	return outage{name: "webhook processes hung (SIGSTOP), controller running",
+	return outage{name: reports.HungRow,
 		begin: func() {
 			for _, p := range managerPodsOf(m.t, m.k, m.namespace) {
 				stopped = append(stopped, signalContainer(m.t, &p, "manager", syscall.SIGSTOP)...)

@@ -133,3 +133,39 @@ func (m OutageMatrix) Text() string {
 	}
 	return b.String()
 }
+
+// HungRow is the name of the row of processes that hang (SIGSTOP); HungText quotes it.
+const HungRow = "webhook processes hung (SIGSTOP), controller running"
+
+// HungText says, from the run, what a write through v1 cost while the webhook processes hung
+// and while they were gone, for the chart README's choice of timeoutSeconds.
+func (m OutageMatrix) HungText() (string, error) {
+	cell := func(row, column string) (OutageCell, error) {
+		for _, r := range m.Rows {
+			if r.Name != row {
+				continue
+			}
+			for _, c := range r.Cells {
+				if c.Column == column && c.NotMeasured == "" {
+					return c, nil
+				}
+			}
+		}
+		return OutageCell{}, fmt.Errorf("the outage matrix has no measured cell %q in row %q", column, row)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Measured by `TestOutageWalk` (%s, %s, `timeoutSeconds: %d`), the slowest of %s:\n\n", m.Date, m.Machine, m.TimeoutSeconds, "its attempts")
+	for _, row := range []string{HungRow, m.Rows[0].Name} {
+		create, err := cell(row, "create v1")
+		if err != nil {
+			return "", err
+		}
+		update, err := cell(row, "update v1")
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "- %s: a create through v1 %s (%d of %d succeeded), an update %s (%d of %d)\n", row,
+			ms(create.WorstMs), create.Succeeded, create.Attempts, ms(update.WorstMs), update.Succeeded, update.Attempts)
+	}
+	return b.String(), nil
+}

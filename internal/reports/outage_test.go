@@ -10,11 +10,13 @@ func outageRun() OutageMatrix {
 	return OutageMatrix{Date: "2026-12-03T21:00:00Z", Machine: "2 cores, linux/amd64", Stage: "migrate", TimeoutSeconds: 10, Rows: []OutageRow{
 		{Name: "both gone", Cells: []OutageCell{
 			{Column: "create v1", Attempts: 3, Succeeded: 3, WorstMs: 41},
+			{Column: "update v1", Attempts: 3, Succeeded: 3, WorstMs: 20},
 			{Column: "create v1alpha1", Attempts: 3, Succeeded: 0, WorstMs: 12, NeedsConversion: true},
 			{Column: "finalizer removed by the controller", NotMeasured: "the controller is what is gone"},
 		}},
-		{Name: "hung", Cells: []OutageCell{
+		{Name: HungRow, Cells: []OutageCell{
 			{Column: "create v1", Attempts: 3, Succeeded: 3, WorstMs: 10012},
+			{Column: "update v1", Attempts: 3, Succeeded: 3, WorstMs: 10003},
 			{Column: "create v1alpha1", Attempts: 3, Succeeded: 1, WorstMs: 30001, NeedsConversion: true},
 			{Column: "finalizer removed by the controller", Attempts: 3, Succeeded: 3, WorstMs: 800},
 		}},
@@ -35,9 +37,9 @@ func TestOutageMatrix(t *testing.T) {
 	got := m.Text()
 	for _, want := range []string{
 		"At stage `migrate`, webhooks' `timeoutSeconds: 10`",
-		"| outage | create v1 | create v1alpha1 | finalizer removed by the controller |",
-		"| both gone | 100 % · 41 ms | 0 % ¹ · 12 ms | — ² |",
-		"| hung | 100 % · 10.0 s | 33 % ¹ · 30.0 s | 100 % · 800 ms |",
+		"| outage | create v1 | update v1 | create v1alpha1 | finalizer removed by the controller |",
+		"| both gone | 100 % · 41 ms | 100 % · 20 ms | 0 % ¹ · 12 ms | — ² |",
+		"| "+HungRow+" | 100 % · 10.0 s | 100 % · 10.0 s | 33 % ¹ · 30.0 s | 100 % · 800 ms |",
 		"¹ needs the conversion webhook", "² not measured",
 	} {
 		if !strings.Contains(got, want) {
@@ -45,8 +47,18 @@ func TestOutageMatrix(t *testing.T) {
 		}
 	}
 
+	hung, err := m.HungText()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"`timeoutSeconds: 10`", "- " + HungRow + ": a create through v1 10.0 s (3 of 3 succeeded)", "- both gone: a create through v1 41 ms (3 of 3 succeeded)"} {
+		if !strings.Contains(hung, want) {
+			t.Errorf("hung text\n%s\nwant it to contain %q", hung, want)
+		}
+	}
+
 	for name, breakIt := range map[string]func(*OutageMatrix){
-		"a row with a column of its own": func(m *OutageMatrix) { m.Rows[1].Cells[1].Column = "delete v1" },
+		"a row with a column of its own": func(m *OutageMatrix) { m.Rows[1].Cells[2].Column = "delete v1" },
 		"a row short of a cell":          func(m *OutageMatrix) { m.Rows[1].Cells = m.Rows[1].Cells[:2] },
 		"more successes than attempts":   func(m *OutageMatrix) { m.Rows[0].Cells[0].Succeeded = 4 },
 		"a measured cell never tried":    func(m *OutageMatrix) { m.Rows[0].Cells[0].Attempts = 0 },

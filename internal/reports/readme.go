@@ -64,6 +64,16 @@ var renderers = map[string]func(root string) (string, error){
 		}
 		return m.Text(), nil
 	},
+	"outage-hung": func(root string) (string, error) {
+		m, err := ReadOutage(filepath.Join(root, DataDir, OutageFile))
+		if os.IsNotExist(err) {
+			return "No outage matrix has been published yet: run `make reports` after a `make test-e2e` that passes.\n", nil
+		}
+		if err != nil {
+			return "", err
+		}
+		return m.HungText()
+	},
 	"bench-list":       benchBlock(ListBenchFile, ListTable),
 	"bench-conversion": benchBlock(ConversionBenchFile, ConversionTable),
 	"bench-manager":    benchBlock(ManagerBenchFile, ManagerTable),
