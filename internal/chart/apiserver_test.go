@@ -48,18 +48,7 @@ func TestReleaseOnAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	chart, _ := filepath.Abs(chartDir)
-	home := t.TempDir()
-	helmRun := func(t *testing.T, helm string, args ...string) (string, error) {
-		t.Helper()
-		if args[0] == "upgrade" || args[0] == "rollback" {
-			// Keep every revision: the walk rolls back to its third (Helm keeps 10 by default).
-			args = append(args, "--history-max", "0")
-		}
-		cmd := exec.CommandContext(ctx, helm, append([]string{"--kubeconfig", env.Kubeconfig, "--namespace", ns}, args...)...)
-		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
+	helmRun := helmOn(t, env, ns)
 	ca := base64.StdEncoding.EncodeToString(testcerts.NewCA(t, "cainjector stand-in").PEM)
 	webhookConfigs := []schema.GroupVersionKind{
 		{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "MutatingWebhookConfiguration"},
@@ -191,5 +180,23 @@ func TestReleaseOnAPIServer(t *testing.T) {
 		if !ok {
 			return
 		}
+	}
+}
+
+// helmOn returns a runner of a Helm CLI (a path from helms) against env's apiserver in
+// namespace ns, with cache, config and data homes of its own; its output is returned whole.
+// upgrade and rollback keep every revision (Helm keeps 10 by default; walks roll back further).
+func helmOn(t *testing.T, env *testenv.Env, ns string) func(t *testing.T, helm string, args ...string) (string, error) {
+	t.Helper()
+	home := t.TempDir()
+	return func(t *testing.T, helm string, args ...string) (string, error) {
+		t.Helper()
+		if args[0] == "upgrade" || args[0] == "rollback" {
+			args = append(args, "--history-max", "0")
+		}
+		cmd := exec.CommandContext(t.Context(), helm, append([]string{"--kubeconfig", env.Kubeconfig, "--namespace", ns}, args...)...)
+		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
 	}
 }

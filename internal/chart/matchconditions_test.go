@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,10 +18,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/widgetry/widget-operator/internal/controller"
+	"github.com/widgetry/widget-operator/internal/conversion"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/monitoring"
 	"github.com/widgetry/widget-operator/internal/testenv"
-	"github.com/widgetry/widget-operator/internal/testenv/testcerts"
+	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 
 	"github.com/widgetry/widget-operator/internal/chart/helmtemplate"
 )
@@ -96,37 +96,9 @@ func deletionWithoutWebhooks(t *testing.T, stage crd.Stage, version, size, refus
 	orphan := create(owned("orphan", orphanOwner))
 	inNamespace := create(widget("in-namespace", controller.Finalizer))
 
-	failedOpen := failOpens(t, env, monitoring.ValidatingWebhookName)
-	installUnreachableWebhooks(t, env)
-	specChange := func() error {
-		return env.Client.Patch(ctx, widget(finalized.GetName()), client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{%q:1}}`, size)))
-	}
-	if refusing != "" {
-		// The webhooks are in the path: a spec change through v1alpha1 is refused while
-		// nothing answers the defaulter.
-		testenv.Eventually(t, 30*time.Second, "a spec change refused by the unreachable "+refusing, func() error {
-			err := specChange()
-			switch {
-			case err == nil:
-				return fmt.Errorf("a spec change was admitted with no webhook answering")
-			case !strings.Contains(err.Error(), `failed calling webhook "`+refusing+`"`):
-				return fmt.Errorf("refused, but not first by %s: %w", refusing, err)
-			}
-			return nil
-		})
-	} else {
-		// Through v1 the write is admitted: the apiserver called the validating webhook,
-		// failed, and failed open (the defaulter is not called at all).
-		testenv.Eventually(t, 30*time.Second, "a spec change through "+version+" admitted past the unreachable validating webhook", func() error {
-			if err := specChange(); err != nil {
-				return fmt.Errorf("refused: %w", err)
-			}
-			if n := failOpens(t, env, monitoring.ValidatingWebhookName); n <= failedOpen {
-				return fmt.Errorf("admitted, but the apiserver's fail-open count of %s is %v, as before: the webhook was not in the path yet", monitoring.ValidatingWebhookName, n)
-			}
-			return nil
-		})
-	}
+	nowhere, nobody := widgetenv.Unreachable(t)
+	widgetenv.RenderChartWebhooks(t, nil, nil).Install(t, env, nowhere, nobody)
+	webhooksInThePath(t, env, version, ns, finalized.GetName(), size, refusing)
 
 	// Validation needs no pod: what the validating webhook used to refuse, the CRD's rules now
 	// refuse in the apiserver, before any webhook is called, in the request version's terms.
@@ -215,38 +187,103 @@ func deletionWithoutWebhooks(t *testing.T, stage crd.Stage, version, size, refus
 	})
 }
 
-// installUnreachableWebhooks creates the chart's mutating and validating webhook
-// configurations, as rendered, with their clientConfig pointed at a loopback port where nothing
-// listens (testenv.FreePort's: under the ephemeral range, so no connection's source port
-// holds it either) and a CA that signed nothing.
-func installUnreachableWebhooks(t *testing.T, env *testenv.Env) {
+// TestRollbackWithPodsGone: the chart before matchConditions installed the same webhook
+// configurations without them (a rollback to it brings them back), so every UPDATE reaches
+// the webhooks, which nothing answers here. The mutating webhook (failurePolicy Fail), whose
+// through-v1alpha1 condition went too, then refuses, through either version, every write
+// widgetenv.SkippedWrites makes: a Widget being deleted keeps its finalizer and ownerReferences cannot
+// change until a pod answers again: the rollback costs what the matchConditions buy. One
+// version served each time, so no conversion is involved, only admission.
+func TestRollbackWithPodsGone(t *testing.T) {
+	for _, tc := range []struct {
+		stage         crd.Stage
+		version, size string
+	}{
+		{crd.StageInitial, "v1alpha1", "replicas"},
+		{crd.StageRemove, "v1", "size"},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			env := testenv.Start(t, testenv.Options{})
+			c := &apiextensionsv1.CustomResourceDefinition{}
+			if err := helmtemplate.Into(render(t, set("apiUpgrade.stage", string(tc.stage))).Get("CustomResourceDefinition", crd.WidgetName), c); err != nil {
+				t.Fatal(err)
+			}
+			env.InstallCRDs(t, c)
+			const ns = "rolled-back"
+			if err := env.Client.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+				t.Fatal(err)
+			}
+			previous := widgetenv.RenderChartWebhooks(t, nil, nil).WithoutMatchConditions()
+			nowhere, nobody := widgetenv.Unreachable(t)
+			previous.Install(t, env, nowhere, nobody)
+			createProbe(t, env, tc.version, ns)
+			webhooksInThePath(t, env, tc.version, ns, "probe", tc.size, monitoring.MutatingWebhookName)
+			for _, w := range widgetenv.SkippedWrites(t, env.Client, tc.version, ns, "stuck") {
+				if w.Err == nil || !strings.Contains(w.Err.Error(), `failed calling webhook "`+monitoring.MutatingWebhookName+`"`) {
+					t.Errorf("%s through %s with the previous chart's webhooks and no pod: got %v, want the unreachable %s's refusal", w.Name, tc.version, w.Err, monitoring.MutatingWebhookName)
+				}
+			}
+		})
+	}
+}
+
+// createProbe creates the Widget "probe" in ns through version, for webhooksInThePath;
+// through v1alpha1 with conversion data the chart's MutatingAdmissionPolicy does not read, so
+// that a spec change goes to the mutating webhook where the chart renders the policy too.
+func createProbe(t *testing.T, env *testenv.Env, version, ns string) {
 	t.Helper()
-	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	objs := render(t, nil)
-	ca := testcerts.NewCA(t, "nobody").PEM
-	config := func(c admissionregistrationv1.WebhookClientConfig) admissionregistrationv1.WebhookClientConfig {
-		return admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + addr + ptr.Deref(c.Service.Path, "")), CABundle: ca}
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "widgetry.io/" + version, "kind": "Widget",
+		"metadata": map[string]any{"namespace": ns, "name": "probe"}, "spec": map[string]any{"image": "registry.example.com/probe:v1"}}}
+	if version == "v1alpha1" {
+		u.SetAnnotations(map[string]string{conversion.DataAnnotation: widgetenv.NonCanonicalConversionData})
 	}
-	m := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	if err := helmtemplate.Into(objs.Kind("MutatingWebhookConfiguration")[0], m); err != nil {
-		t.Fatal(err)
+	if err := env.Client.Create(t.Context(), u); err != nil {
+		t.Fatalf("create the probe Widget through %s: %v", version, err)
 	}
-	v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	if err := helmtemplate.Into(objs.Kind("ValidatingWebhookConfiguration")[0], v); err != nil {
-		t.Fatal(err)
+}
+
+// webhooksInThePath waits until a spec change of the Widget name in ns, through version, shows
+// that the apiserver calls the webhooks, which nothing answers: the change is refused by the
+// webhook named refusing (failurePolicy Fail) or, with refusing "", admitted with the
+// validating webhook's fail-open count risen (failurePolicy Ignore). Until the apiserver has
+// loaded the configurations neither holds. A write admitted afterwards was not admitted by
+// accident.
+func webhooksInThePath(t *testing.T, env *testenv.Env, version, ns, name, size, refusing string) {
+	t.Helper()
+	ctx := t.Context()
+	failedOpen := failOpens(t, env, monitoring.ValidatingWebhookName)
+	n := 0
+	specChange := func() error {
+		n++
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("widgetry.io/" + version)
+		u.SetKind("Widget")
+		u.SetNamespace(ns)
+		u.SetName(name)
+		return env.Client.Patch(ctx, u, client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{%q:%d}}`, size, n)))
 	}
-	for i := range m.Webhooks {
-		m.Webhooks[i].ClientConfig = config(m.Webhooks[i].ClientConfig)
+	if refusing != "" {
+		testenv.Eventually(t, 30*time.Second, "a spec change through "+version+" refused by the unreachable "+refusing, func() error {
+			err := specChange()
+			switch {
+			case err == nil:
+				return fmt.Errorf("a spec change was admitted with no webhook answering")
+			case !strings.Contains(err.Error(), `failed calling webhook "`+refusing+`"`):
+				return fmt.Errorf("refused, but not first by %s: %w", refusing, err)
+			}
+			return nil
+		})
+		return
 	}
-	for i := range v.Webhooks {
-		v.Webhooks[i].ClientConfig = config(v.Webhooks[i].ClientConfig)
-	}
-	for _, o := range []client.Object{m, v} {
-		o.SetAnnotations(nil) // cainjector's annotations: nothing injects here
-		if err := env.Client.Create(t.Context(), o); err != nil {
-			t.Fatalf("create %T: %v", o, err)
+	testenv.Eventually(t, 30*time.Second, "a spec change through "+version+" admitted past the unreachable validating webhook", func() error {
+		if err := specChange(); err != nil {
+			return fmt.Errorf("refused: %w", err)
 		}
-	}
+		if got := failOpens(t, env, monitoring.ValidatingWebhookName); got <= failedOpen {
+			return fmt.Errorf("admitted, but the apiserver's fail-open count of %s is %v, as before: the webhook was not in the path yet", monitoring.ValidatingWebhookName, got)
+		}
+		return nil
+	})
 }
 
 // gone waits until the Widget name in ns, read through version, no longer exists.

@@ -3,7 +3,6 @@ package widgetenv
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,8 +17,6 @@ import (
 	"github.com/widgetry/widget-operator/internal/chart/helmtemplate"
 	"github.com/widgetry/widget-operator/internal/conversion"
 	"github.com/widgetry/widget-operator/internal/testenv"
-	"github.com/widgetry/widget-operator/internal/testenv/prereq"
-	"github.com/widgetry/widget-operator/internal/testenv/testcerts"
 )
 
 // MutatingAdmissionPolicyAPI is the capability the chart renders its MutatingAdmissionPolicy
@@ -81,15 +78,7 @@ type Keeping struct {
 // PointWebhook.
 func InstallKeeping(tb testing.TB, env *testenv.Env, namespace string, apis []string, values map[string]any) *Keeping {
 	tb.Helper()
-	out, err := helmtemplate.Render(helmtemplate.Options{Helm: prereq.Tool(tb, "helm3"), Chart: filepath.Join(prereq.RepoRoot(tb), "charts", "widget-operator"),
-		APIVersions: apis, Values: values})
-	if err != nil {
-		tb.Fatalf("widgetenv: %v", err)
-	}
-	objs, err := helmtemplate.Parse(out)
-	if err != nil {
-		tb.Fatalf("widgetenv: %v", err)
-	}
+	objs := renderChart(tb, apis, values)
 	k := &Keeping{env: env, namespace: namespace, Webhook: &admissionregistrationv1.MutatingWebhookConfiguration{}}
 	webhooks := objs.Kind("MutatingWebhookConfiguration")
 	if len(webhooks) != 1 {
@@ -119,7 +108,7 @@ func InstallKeeping(tb testing.TB, env *testenv.Env, namespace string, apis []st
 		}
 		k.paths[w.Name] = ptr.Deref(w.ClientConfig.Service.Path, "")
 	}
-	k.setWebhookURL(fmt.Sprintf("https://127.0.0.1:%d", testenv.FreePort(tb)), testcerts.NewCA(tb, "nobody").PEM)
+	k.setWebhookURL(Unreachable(tb))
 	create := []client.Object{k.Webhook}
 	if k.Policy != nil {
 		create = []client.Object{k.Policy, k.Binding, k.Webhook}

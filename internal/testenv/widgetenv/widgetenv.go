@@ -11,15 +11,12 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/internal/crd"
@@ -233,24 +230,15 @@ func StoredAPIVersions(tb testing.TB, env *testenv.Env) map[string]string {
 // can tell which writes admission saw (those through the status subresource it does not).
 func ServeAdmission(tb testing.TB, env *testenv.Env, probeNamespace string) (reviews func() int64) {
 	tb.Helper()
-	var n atomic.Int64
-	mux := http.NewServeMux()
-	for path, h := range map[string]admission.Handler{webhook.MutatePath: webhook.Defaulter{}, webhook.ValidatePath: webhook.Validator{}} {
-		served := &crwebhook.Admission{Handler: h}
-		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
-			n.Add(1)
-			served.ServeHTTP(w, r)
-		})
-	}
-	url, ca := testcerts.Serve(tb, mux)
-	installWebhookConfigurations(tb, env.Client, func(path string) string { return url + path }, ca.PEM)
+	s := ServeAdmissionHandlers(tb)
+	installWebhookConfigurations(tb, env.Client, func(path string) string { return s.URL + path }, s.CA.PEM)
 
 	// The apiserver picks webhook configurations up from an informer: a dry-run create is
 	// admitted, by the webhooks too, once it has.
 	probe := &v1.Widget{}
 	probe.Namespace, probe.Name, probe.Spec.Image = probeNamespace, "admission-probe", "probe"
 	deadline := time.Now().Add(30 * time.Second)
-	for n.Load() == 0 {
+	for s.Reviews() == 0 {
 		if err := env.Client.Create(context.Background(), probe.DeepCopy(), client.DryRunAll); err != nil {
 			tb.Fatalf("widgetenv: dry-run create of an admission probe: %v", err)
 		}
@@ -259,5 +247,5 @@ func ServeAdmission(tb testing.TB, env *testenv.Env, probeNamespace string) (rev
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return n.Load
+	return s.Reviews
 }
