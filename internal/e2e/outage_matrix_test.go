@@ -329,23 +329,43 @@ func shorten(s string, n int) string {
 
 // The outages, each brought about as it happens in production and ended as on call would.
 
-// webhooksUnreachable leaves the webhook Service without endpoints while every process runs
-// (the controllers lead and reconcile): from the apiserver's side, the webhook processes are
-// gone. The Service's selector is put back at the end.
-func (m *matrix) webhooksUnreachable() outage {
+// webhooksGone takes every webhook process away while the controllers run and lead: the
+// webhook Service is left without endpoints, then the processes of each pod's webhook
+// container are killed, so that the connections the apiserver keeps open to them end too (the
+// kubelet restarts them, outside the Service). The Service's selector is put back at the end.
+func (m *matrix) webhooksGone() outage {
 	svc := release + "-webhook"
 	var selector string
-	return outage{name: "webhook processes gone (no endpoint), controller running",
+	return outage{name: "webhook processes gone (killed, no endpoint), controller running",
 		begin: func() {
 			selector = m.c.Kubectl(m.t, "-n", m.namespace, "get", "service", svc, "-o", "jsonpath={.spec.selector}")
 			m.c.Kubectl(m.t, "-n", m.namespace, "patch", "service", svc, "--type=merge", "-p", `{"spec":{"selector":{"widgetry.io/outage-matrix":"no-such-pod"}}}`)
 			m.waitEndpoints(svc, false)
+			var killed []int
+			for _, p := range managerPodsOf(m.t, m.k, m.namespace) {
+				killed = append(killed, signalContainer(m.t, &p, "manager", syscall.SIGKILL)...)
+			}
+			m.waitProcessesGone(killed)
 			m.waitUnreachable(svc)
 		},
 		end: func() {
 			m.c.Kubectl(m.t, "-n", m.namespace, "patch", "service", svc, "--type=json", "-p", `[{"op":"replace","path":"/spec/selector","value":`+selector+`}]`)
+			m.c.Kubectl(m.t, "-n", m.namespace, "wait", "--for=condition=Ready", "pod", "-l", "app.kubernetes.io/component=manager", "--timeout=3m")
 			m.waitEndpoints(svc, true)
 		}}
+}
+
+// waitProcessesGone waits until none of pids exists any more: the connections they held are
+// closed.
+func (m *matrix) waitProcessesGone(pids []int) {
+	testenv.Eventually(m.t, 2*time.Minute, fmt.Sprintf("processes %v ended", pids), func() error {
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+				return fmt.Errorf("process %d still there (%v)", pid, err)
+			}
+		}
+		return nil
+	})
 }
 
 // waitEndpoints waits until service has a ready endpoint (want) or none.
@@ -435,9 +455,18 @@ func (m *matrix) bothGone() outage {
 	return outage{name: "webhooks and controller gone (no pod)", controllerGone: true,
 		begin: func() {
 			replicas = m.c.Kubectl(m.t, "-n", m.namespace, "get", "deployment", release, "-o", "jsonpath={.spec.replicas}")
+			// A pod deleted with --force leaves the API at once; its processes end a moment
+			// later, and until then they answer on the connections the apiserver holds.
+			var pids []int
+			for _, p := range managerPodsOf(m.t, m.k, m.namespace) {
+				for _, container := range []string{"manager", "controller"} {
+					pids = append(pids, signalContainer(m.t, &p, container, 0)...)
+				}
+			}
 			m.c.Kubectl(m.t, "-n", m.namespace, "scale", "deployment/"+release, "--replicas=0")
 			m.c.Kubectl(m.t, "-n", m.namespace, "delete", "pod", "-l", "app.kubernetes.io/component=manager", "--grace-period=0", "--force", "--wait=false")
 			m.c.Kubectl(m.t, "-n", m.namespace, "wait", "--for=delete", "pod", "-l", "app.kubernetes.io/component=manager", "--timeout=3m")
+			m.waitProcessesGone(pids)
 			m.waitUnreachable(release + "-webhook")
 		},
 		end: func() {
@@ -471,7 +500,8 @@ func (m *matrix) webhooksHung() outage {
 }
 
 // signalContainer sends sig from the node to every process of container name of pod (found
-// through their cgroup, which names the container) and returns their PIDs.
+// through their cgroup, which names the container) and returns their PIDs; signal 0 only
+// finds them.
 func signalContainer(t *testing.T, pod *corev1.Pod, name string, sig syscall.Signal) []int {
 	t.Helper()
 	var id string
@@ -506,6 +536,8 @@ func signalContainer(t *testing.T, pod *corev1.Pod, name string, sig syscall.Sig
 	if len(pids) == 0 {
 		t.Fatalf("no process of container %s (%s) of pod %s found", name, id, pod.Name)
 	}
-	t.Logf("%s sent to %d process(es) of container %s of pod %s", sig, len(pids), name, pod.Name)
+	if sig != 0 {
+		t.Logf("%s sent to %d process(es) of container %s of pod %s", sig, len(pids), name, pod.Name)
+	}
 	return pids
 }

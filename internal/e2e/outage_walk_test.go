@@ -231,5 +231,5 @@ func TestOutageWalk(t *testing.T) {
 	m := &matrix{t: t, c: c, k: k, namespace: walkNS, stage: string(crd.StageMigrate),
 		// With every pod gone, the WidgetWebhookDown page's fix brings them back.
 		restoreRelease: func() { onLaptop(runbookCommand(t, c.Root, "alerts/WidgetWebhookDown.md", fixRelease), 0) }}
-	m.run([]outage{m.webhooksUnreachable(), m.controllerGone(), m.bothGone(), m.webhooksHung()})
+	m.run([]outage{m.webhooksGone(), m.controllerGone(), m.bothGone(), m.webhooksHung()})
 }

@@ -39,7 +39,7 @@ func TestOutageMatrix(t *testing.T) {
 		"At stage `migrate`, webhooks' `timeoutSeconds: 10`",
 		"| outage | create v1 | update v1 | create v1alpha1 | finalizer removed by the controller |",
 		"| both gone | 100 % · 41 ms | 100 % · 20 ms | 0 % ¹ · 12 ms | — ² |",
-		"| "+HungRow+" | 100 % · 10.0 s | 100 % · 10.0 s | 33 % ¹ · 30.0 s | 100 % · 800 ms |",
+		"| " + HungRow + " | 100 % · 10.0 s | 100 % · 10.0 s | 33 % ¹ · 30.0 s | 100 % · 800 ms |",
 		"¹ needs the conversion webhook", "² not measured",
 	} {
 		if !strings.Contains(got, want) {
