@@ -57,6 +57,8 @@ type WidgetReconciler struct {
 	mu         sync.RWMutex
 	storage    storageVersion
 	controller controller.Controller
+	// followMu makes each switch of the storage version happen once (followStorageVersion).
+	followMu sync.Mutex
 }
 
 // SetupWithManager reads the CRD's storage version, then watches Widgets of that version,
@@ -91,6 +93,13 @@ func (r *WidgetReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 				return o.GetNamespace() == r.CatalogNamespace && o.GetLabels()[CatalogLabel] == "true"
 			}))).
 		Watches(&apiextensionsv1.CustomResourceDefinition{}, handler.Funcs{
+			// The CRD as this replica first sees it once it leads: a standby was set up
+			// before, possibly before a flip it could not follow while it did not lead.
+			CreateFunc: func(ctx context.Context, e event.CreateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				if err := r.followStorageVersion(ctx, e.Object.(*apiextensionsv1.CustomResourceDefinition)); err != nil {
+					logf.FromContext(ctx).Error(err, "cannot follow the storage version flip; still watching the old version")
+				}
+			},
 			UpdateFunc: func(ctx context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 				if err := r.followStorageVersion(ctx, e.ObjectNew.(*apiextensionsv1.CustomResourceDefinition)); err != nil {
 					logf.FromContext(ctx).Error(err, "cannot follow the storage version flip; still watching the old version")
@@ -144,6 +153,9 @@ func (r *WidgetReconciler) currentStorage() storageVersion {
 // its watch cannot be started: the old watch keeps delivering events, and the next update
 // of the CRD (the informer's periodic resync included) tries again.
 func (r *WidgetReconciler) followStorageVersion(ctx context.Context, c *apiextensionsv1.CustomResourceDefinition) error {
+	// Reconciles and the CRD's events follow at the same time: one switch, one new watch.
+	r.followMu.Lock()
+	defer r.followMu.Unlock()
 	log := logf.FromContext(ctx)
 	version, _ := apihelpers.GetCRDStorageVersion(c)
 	old := r.currentStorage()
@@ -168,6 +180,15 @@ func (r *WidgetReconciler) followStorageVersion(ctx context.Context, c *apiexten
 	}
 	log.Info("storage version changed: now watching the new storage version", "old", old.name(), "new", version)
 	return nil
+}
+
+// followCachedCRD follows the storage version of the CRD in the cache (followStorageVersion).
+func (r *WidgetReconciler) followCachedCRD(ctx context.Context) error {
+	c := &apiextensionsv1.CustomResourceDefinition{}
+	if err := r.Cache.Get(ctx, client.ObjectKey{Name: crd.WidgetName}, c); err != nil {
+		return fmt.Errorf("read CRD %s from the cache to find its storage version: %w", crd.WidgetName, err)
+	}
+	return r.followStorageVersion(ctx, c)
 }
 
 func (r *WidgetReconciler) setStorage(sv storageVersion) {
@@ -196,6 +217,13 @@ func (r *WidgetReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	if paused {
 		return r.reportPaused(ctx, req)
+	}
+	// The storage version as the CRD says now, not as it was when this replica was set up:
+	// a standby that leads after a flip must not write owner references (or read Widgets)
+	// through the old version, which needs the conversion webhook; the garbage collector
+	// would then wait on our pods. The CRD comes from the cache, so this costs no request.
+	if err := r.followCachedCRD(ctx); err != nil {
+		return ctrl.Result{}, err
 	}
 	sv := r.currentStorage()
 	obj := sv.newObject()

@@ -361,7 +361,7 @@ func (m *matrix) waitProcessesGone(pids []int) {
 	testenv.Eventually(m.t, 2*time.Minute, fmt.Sprintf("processes %v ended", pids), func() error {
 		for _, pid := range pids {
 			if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-				return fmt.Errorf("process %d still there (%v)", pid, err)
+				return fmt.Errorf("process %d still there (%w)", pid, err)
 			}
 		}
 		return nil
@@ -466,6 +466,11 @@ func (m *matrix) bothGone() outage {
 			m.c.Kubectl(m.t, "-n", m.namespace, "scale", "deployment/"+release, "--replicas=0")
 			m.c.Kubectl(m.t, "-n", m.namespace, "delete", "pod", "-l", "app.kubernetes.io/component=manager", "--grace-period=0", "--force", "--wait=false")
 			m.c.Kubectl(m.t, "-n", m.namespace, "wait", "--for=delete", "pod", "-l", "app.kubernetes.io/component=manager", "--timeout=3m")
+			// The kubelet still gives them their termination grace (the drain), minutes; a
+			// lost node gives none.
+			for _, pid := range pids {
+				_ = syscall.Kill(pid, syscall.SIGKILL) // ended already, or ends now
+			}
 			m.waitProcessesGone(pids)
 			m.waitUnreachable(release + "-webhook")
 		},
