@@ -93,13 +93,6 @@ func (r *WidgetReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 				return o.GetNamespace() == r.CatalogNamespace && o.GetLabels()[CatalogLabel] == "true"
 			}))).
 		Watches(&apiextensionsv1.CustomResourceDefinition{}, handler.Funcs{
-			// The CRD as this replica first sees it once it leads: a standby was set up
-			// before, possibly before a flip it could not follow while it did not lead.
-			CreateFunc: func(ctx context.Context, e event.CreateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				if err := r.followStorageVersion(ctx, e.Object.(*apiextensionsv1.CustomResourceDefinition)); err != nil {
-					logf.FromContext(ctx).Error(err, "cannot follow the storage version flip; still watching the old version")
-				}
-			},
 			UpdateFunc: func(ctx context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 				if err := r.followStorageVersion(ctx, e.ObjectNew.(*apiextensionsv1.CustomResourceDefinition)); err != nil {
 					logf.FromContext(ctx).Error(err, "cannot follow the storage version flip; still watching the old version")
@@ -222,6 +215,8 @@ func (r *WidgetReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	// a standby that leads after a flip must not write owner references (or read Widgets)
 	// through the old version, which needs the conversion webhook; the garbage collector
 	// would then wait on our pods. The CRD comes from the cache, so this costs no request.
+	// (Not from the CRD's create event: its handler runs while the controller starts and
+	// holds the lock Watch needs, so the switch would wait for a start that waits for it.)
 	if err := r.followCachedCRD(ctx); err != nil {
 		return ctrl.Result{}, err
 	}

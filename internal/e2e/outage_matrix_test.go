@@ -205,8 +205,9 @@ func (m *matrix) measure(row int, o outage, f fixtures) reports.OutageRow {
 		return &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: matrixNamespace, Name: name},
 			Spec: v1alpha1.WidgetSpec{Image: "registry.example.com/outage:v1", Replicas: ptr.To[int32](0)}}
 	}
-	patch := func(field string, i int) client.Patch {
-		return client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{%q:%d}}`, field, i+1)))
+	// A new image tag: a spec change the controller applies without starting any pod.
+	patch := func(i int) client.Patch {
+		return client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"image":"registry.example.com/outage:v%d"}}`, i+2)))
 	}
 	// gone waits until key is gone, or the work's budget passes.
 	gone := func(ctx context.Context, key client.ObjectKey, obj client.Object) error {
@@ -230,7 +231,7 @@ func (m *matrix) measure(row int, o outage, f fixtures) reports.OutageRow {
 			return m.k.Create(ctx, matrixWidget(matrixNamespace, m.name(row, colCreateV1, i)))
 		},
 		colUpdateV1: func(ctx context.Context, i int) error {
-			return m.k.Patch(ctx, matrixWidget(matrixNamespace, f.widgets[colUpdateV1][i]), patch("size", i))
+			return m.k.Patch(ctx, matrixWidget(matrixNamespace, f.widgets[colUpdateV1][i]), patch(i))
 		},
 		colDeleteV1: func(ctx context.Context, i int) error {
 			return m.k.Delete(ctx, matrixWidget(matrixNamespace, f.widgets[colDeleteV1][i]))
@@ -239,7 +240,7 @@ func (m *matrix) measure(row int, o outage, f fixtures) reports.OutageRow {
 			return m.k.Create(ctx, v1alpha1Widget(m.name(row, colCreateV1a1, i)))
 		},
 		colUpdateV1a1: func(ctx context.Context, i int) error {
-			return m.k.Patch(ctx, v1alpha1Widget(f.widgets[colUpdateV1a1][i]), patch("replicas", i))
+			return m.k.Patch(ctx, v1alpha1Widget(f.widgets[colUpdateV1a1][i]), patch(i))
 		},
 		colDeleteV1a1: func(ctx context.Context, i int) error {
 			return m.k.Delete(ctx, v1alpha1Widget(f.widgets[colDeleteV1a1][i]))
