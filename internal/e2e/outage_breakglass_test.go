@@ -110,9 +110,9 @@ func breakGlassWalk(t *testing.T, c *cluster.Cluster, k client.Client, l *cluste
 
 	// Deletion goes on: a Widget deleted by name, a namespace holding one; their finalizer
 	// released by hand as the stuck-finalizers page says, once each is being deleted.
-	sv := stuck("SV=$(")
-	sv = sv[strings.Index(sv, "SV=$("):]
-	sv = sv[:strings.Index(sv, "\n")+1]
+	_, sv, _ := strings.Cut(stuck("SV=$("), "SV=$(")
+	sv, _, _ = strings.Cut(sv, "\n")
+	sv = "SV=$(" + sv + "\n"
 	onLaptop("kubectl -n "+apps+" delete widgets.v1.widgetry.io walk-c --wait=false", 0)
 	onLaptop(sv+strings.Replace(stuck("W_NS=<namespace of the Widget>"), "W_NS=<namespace of the Widget>; W=<name>", "W_NS="+apps+"; W=walk-c", 1), 0)
 	onLaptop("kubectl delete namespace "+held+" --wait=false", 0)
@@ -131,11 +131,11 @@ func breakGlassWalk(t *testing.T, c *cluster.Cluster, k client.Client, l *cluste
 	testenv.Eventually(t, 2*time.Minute, "walk-c and namespace "+held+" gone", func() error {
 		out, err := c.Command(ctx, filepath.Join(c.Bin, "kubectl"), "get", "namespace", held, "--ignore-not-found", "-o", "name").CombinedOutput()
 		if err != nil || strings.TrimSpace(string(out)) != "" {
-			return fmt.Errorf("namespace %s: %s %v", held, out, err)
+			return fmt.Errorf("namespace %s: %s %w", held, out, err)
 		}
 		out, err = c.Command(ctx, filepath.Join(c.Bin, "kubectl"), "-n", apps, "get", "widgets.v1.widgetry.io", "walk-c", "--ignore-not-found", "-o", "name").CombinedOutput()
 		if err != nil || strings.TrimSpace(string(out)) != "" {
-			return fmt.Errorf("walk-c: %s %v", out, err)
+			return fmt.Errorf("walk-c: %s %w", out, err)
 		}
 		return nil
 	})
