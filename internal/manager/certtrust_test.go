@@ -31,6 +31,7 @@ import (
 func scrapeMetrics(t *testing.T, m *widgetenv.Manager, token string) (int, string) {
 	t.Helper()
 	insecure := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed metrics certificate
+	defer insecure.CloseIdleConnections()                                                                                                   // the metrics listener caps connections per source
 	req, _ := http.NewRequest(http.MethodGet, "https://127.0.0.1:"+strconv.Itoa(m.MetricsPort)+"/metrics", nil)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)

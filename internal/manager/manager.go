@@ -40,7 +40,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -54,6 +53,7 @@ import (
 	widgetmetrics "github.com/widgetry/widget-operator/internal/metrics"
 	"github.com/widgetry/widget-operator/internal/migrate"
 	"github.com/widgetry/widget-operator/internal/scheme"
+	"github.com/widgetry/widget-operator/internal/serving"
 	"github.com/widgetry/widget-operator/internal/upgrade"
 	"github.com/widgetry/widget-operator/internal/version"
 	"github.com/widgetry/widget-operator/internal/webhook"
@@ -236,11 +236,19 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 func setupWebhookSide(log logr.Logger, cfg *rest.Config, opts Options, s *runtime.Scheme, draining *atomic.Bool) (ctrl.Manager, func(context.Context, time.Duration) int, error) {
 	cert := newServingCertificate(opts.WebhookCertDir, opts.WebhookCertName, opts.WebhookKeyName)
 	tlsOpts := TLSOptions(opts.TLSMinVersion, opts.EnableHTTP2)
-	webhookServer := newTimedWebhookServer(opts.WebhookPort, tlsOpts, func(c *tls.Config) {
+	listeners, err := serving.NewListenerMetrics(metrics.Registry)
+	if err != nil {
+		return nil, nil, fmt.Errorf("register listener metrics: %w", err)
+	}
+	webhookServer := newTimedWebhookServer(opts.WebhookPort, listeners, tlsOpts, func(c *tls.Config) {
 		c.GetCertificate = cert.GetCertificate
 	})
 	webhookMgr, err := newWebhookManager(cfg, opts, s, cert, webhookServer)
 	if err != nil {
+		return nil, nil, err
+	}
+	probes := serving.NewProbes()
+	if err := addServers(log, webhookMgr, opts, probes, listeners); err != nil {
 		return nil, nil, err
 	}
 	if err := setupWebhooks(log, webhookMgr, opts, draining, cert); err != nil {
@@ -263,7 +271,7 @@ func setupWebhookSide(log logr.Logger, cfg *rest.Config, opts Options, s *runtim
 	if err := metrics.Registry.Register(widgetmetrics.NewCertificateTrustCollector(trust.metricsStatus)); err != nil {
 		return nil, nil, fmt.Errorf("register certificate trust metrics: %w", err)
 	}
-	if err := setupChecks(webhookMgr, webhookServer.StartedChecker(), cert, trust, draining); err != nil {
+	if err := setupChecks(probes, webhookServer.ServingChecker(), cert, trust, draining); err != nil {
 		return nil, nil, err
 	}
 	return webhookMgr, webhookServer.Quiesce, nil
@@ -320,21 +328,29 @@ func newControllerHost(cfg *rest.Config, opts Options, s *runtime.Scheme, draini
 	host, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  s,
 		Metrics:                 metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
+		HealthProbeBindAddress:  "0", // ours: addProbeServer
 		GracefulShutdownTimeout: &opts.GracefulShutdownTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create the controller's host manager: %w", err)
+	}
+	listeners, err := serving.NewListenerMetrics(metrics.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("register listener metrics: %w", err)
+	}
+	probes := serving.NewProbes()
+	if err := addProbeServer(host, opts.HealthProbeBindAddress, probes, listeners); err != nil {
+		return nil, err
 	}
 	if opts.ControllerMetricsSocket != "" {
 		if err := host.Add(&socketMetricsServer{path: opts.ControllerMetricsSocket}); err != nil {
 			return nil, err
 		}
 	}
-	if err := host.AddHealthzCheck("ping", healthz.Ping); err != nil {
+	if err := probes.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
-	err = host.AddReadyzCheck("shutdown", func(*http.Request) error {
+	err = probes.AddReadyzCheck("shutdown", func(*http.Request) error {
 		if draining.Load() {
 			return errors.New("shutting down")
 		}
@@ -348,15 +364,12 @@ func newControllerHost(cfg *rest.Config, opts Options, s *runtime.Scheme, draini
 // certificate's reloader. It has no leader election, so a standby replica serves conversion
 // and admission too.
 func newWebhookManager(cfg *rest.Config, opts Options, scheme *runtime.Scheme, cert *servingCertificate, webhookServer *timedWebhookServer) (ctrl.Manager, error) {
-	tlsOpts := TLSOptions(opts.TLSMinVersion, opts.EnableHTTP2)
-	metricsOpts := metricsserver.Options{BindAddress: opts.MetricsBindAddress, SecureServing: true,
-		FilterProvider: filters.WithAuthenticationAndAuthorization, TLSOpts: []func(*tls.Config){tlsOpts}, CertDir: opts.MetricsCertDir}
 	webhookMgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		WebhookServer:           webhookServer,
-		Metrics:                 metricsOpts,
-		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
-		PprofBindAddress:        opts.PprofBindAddress,
+		Scheme:        scheme,
+		WebhookServer: webhookServer,
+		// Metrics, probes and pprof are served by servers of ours (addServers).
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:  "0",
 		GracefulShutdownTimeout: &opts.GracefulShutdownTimeout,
 		// The webhooks read nothing from the cluster; the metrics collectors read the CRD.
 		Cache: cache.Options{ByObject: webhookCache(opts.WebhookConfigurationName)},
@@ -458,14 +471,14 @@ func setupMetrics(log logr.Logger, webhookMgr ctrl.Manager, opts Options, cert *
 // (so a build that loses data never takes traffic, even with the chart's hooks off), and fails
 // as soon as the replica drains, so that its endpoint leaves the webhook Service before the
 // server stops.
-func setupChecks(webhookMgr ctrl.Manager, webhookStarted healthz.Checker, cert *servingCertificate, trust *trustCheck, draining *atomic.Bool) error {
-	if err := webhookMgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+func setupChecks(probes *serving.Probes, webhookServing healthz.Checker, cert *servingCertificate, trust *trustCheck, draining *atomic.Bool) error {
+	if err := probes.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
 	for name, check := range map[string]healthz.Checker{
 		"certificate":       cert.Check,
 		"certificate-trust": trust.Check,
-		"webhook":           webhookStarted,
+		"webhook":           webhookServing,
 		"conversion":        conversionSelfTest,
 		"shutdown": func(*http.Request) error {
 			if draining.Load() {
@@ -474,7 +487,7 @@ func setupChecks(webhookMgr ctrl.Manager, webhookStarted healthz.Checker, cert *
 			return nil
 		},
 	} {
-		if err := webhookMgr.AddReadyzCheck(name, check); err != nil {
+		if err := probes.AddReadyzCheck(name, check); err != nil {
 			return err
 		}
 	}

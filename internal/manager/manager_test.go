@@ -337,7 +337,20 @@ func TestSecureEndpoints(t *testing.T) {
 		}
 		return nil
 	})
+	// Invented tokens from one address: the first few cost a TokenReview and get an error, the
+	// rest a 429 without one; the scraper's token, seen good before, still passes.
+	codes := map[int]int{}
+	for i := range 30 {
+		codes[get(fmt.Sprintf("forged-%d", i))]++
+	}
+	if limited := codes[http.StatusTooManyRequests]; limited < 30-manager.MetricsAuthFailureBurst-2 {
+		t.Errorf("30 invented tokens were answered %v; want at most %d reviewed (each a TokenReview), the rest 429", codes, manager.MetricsAuthFailureBurst)
+	}
+	if code := get(scraper); code != http.StatusOK {
+		t.Errorf("the scraper, from the address that sent the invented tokens: %d", code)
+	}
 	for _, metric := range []string{
+		`widget_listener_open_connections{listener="webhook"}`, `widget_listener_auth_failures_limited_total{listener="metrics"}`,
 		`widget_build_info{`, `widget_crd_version_info{crd="widgets.widgetry.io",served="true",storage="true",version="v1alpha1"} 1`,
 		`widget_crd_stored_versions{crd="widgets.widgetry.io",version="v1alpha1"} 1`, `widget_webhook_certificate_expiry_timestamp_seconds`,
 		`controller_runtime_reconcile_total{controller="widget"`, `leader_election_master_status{name="widget-operator.widgetry.io"} 1`,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -15,37 +14,47 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/widgetry/widget-operator/internal/serving"
 )
 
-// Timeouts of the webhook server. controller-runtime's server sets only a 32 s header timeout
-// and allows 1 MiB of headers, so a client that trickles a request holds a goroutine and up
-// to a megabyte for as long as it likes. Here a slow client is cut off once its request could
-// no longer be useful: the apiserver gives a webhook call at most 30 s.
-const (
-	webhookReadHeaderTimeout = 10 * time.Second
-	// webhookReadTimeout covers headers and body: a 64 MiB review from an in-cluster apiserver
-	// arrives in well under a second, and a call still reading after 30 s has been given up.
-	webhookReadTimeout = 30 * time.Second
-	// webhookWriteTimeout runs from the end of the headers to the end of the answer: the
-	// read, a wait for the in-flight budget and the conversion itself.
-	webhookWriteTimeout = 45 * time.Second
-	// webhookIdleTimeout is longer than the apiserver's 90 s idle timeout for webhook
-	// connections, so the apiserver, not this server, closes an idle connection: a server
-	// closing one the moment the client reuses it fails that request, and a POST is not
-	// retried.
-	webhookIdleTimeout   = 120 * time.Second
-	webhookMaxHeaderSize = 64 << 10
-)
+// webhookLimits bound the webhook server. controller-runtime's server sets only a 32 s header
+// timeout and allows 1 MiB of headers, so a client that trickles a request holds a goroutine
+// and up to a megabyte for as long as it likes. Here a slow client is cut off once its request
+// could no longer be useful: the apiserver gives a webhook call at most 30 s.
+//   - ReadTimeout covers headers and body: a 64 MiB review from an in-cluster apiserver
+//     arrives in well under a second, and a call still reading after 30 s has been given up.
+//   - WriteTimeout runs from the end of the headers to the end of the answer: the read, a wait
+//     for the in-flight budget and the conversion itself.
+//   - IdleTimeout is longer than the apiserver's 90 s idle timeout for webhook connections, so
+//     the apiserver, not this server, closes an idle connection: a server closing one the
+//     moment the client reuses it fails that request, and a POST is not retried.
+//   - The apiserver's headers are a few hundred bytes (a few KiB with a bearer token of its
+//     own): 16 KiB is plenty.
+//   - Connections: the apiserver opens one per request in flight to this replica, and its
+//     own in-flight limits (400 reads, 200 writes by default) bound those; a source past 256
+//     is not an apiserver, and 512 connections trickling their headers hold about 40 MiB,
+//     outside the in-flight budget, within the fifth of the memory limit it leaves.
+var webhookLimits = serving.Limits{
+	ReadHeaderTimeout: 10 * time.Second,
+	ReadTimeout:       30 * time.Second,
+	WriteTimeout:      45 * time.Second,
+	IdleTimeout:       120 * time.Second,
+	MaxHeaderBytes:    16 << 10,
+	MaxConns:          512,
+	MaxConnsPerSource: 256,
+}
 
 // timedWebhookServer is controller-runtime's webhook server (its registration and its
 // per-path metrics) served by an http.Server with the timeouts above, which keeps count of
 // its connections for the drain (Quiesce).
 type timedWebhookServer struct {
 	crwebhook.Server
-	port    int
-	tlsOpts []func(*tls.Config)
-	started atomic.Bool
-	conns   connections
+	port      int
+	tlsOpts   []func(*tls.Config)
+	listeners *serving.ListenerMetrics
+	serving   atomic.Bool
+	conns     connections
 }
 
 // connections counts the server's open connections and remembers when the last one came.
@@ -100,8 +109,8 @@ func (s *timedWebhookServer) Quiesce(ctx context.Context, quiet time.Duration) i
 	}
 }
 
-func newTimedWebhookServer(port int, tlsOpts ...func(*tls.Config)) *timedWebhookServer {
-	return &timedWebhookServer{Server: crwebhook.NewServer(crwebhook.Options{Port: port}), port: port, tlsOpts: tlsOpts}
+func newTimedWebhookServer(port int, listeners *serving.ListenerMetrics, tlsOpts ...func(*tls.Config)) *timedWebhookServer {
+	return &timedWebhookServer{Server: crwebhook.NewServer(crwebhook.Options{Port: port}), port: port, listeners: listeners, tlsOpts: tlsOpts}
 }
 
 // Start serves until ctx ends, then shuts down within a minute, as controller-runtime's does.
@@ -111,20 +120,14 @@ func (s *timedWebhookServer) Start(ctx context.Context) error {
 	for _, op := range s.tlsOpts {
 		op(cfg)
 	}
-	listener, err := tls.Listen("tcp", net.JoinHostPort("", strconv.Itoa(s.port)), cfg)
+	raw, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(s.port)))
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{
-		Handler:           s.WebhookMux(),
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ReadHeaderTimeout: webhookReadHeaderTimeout,
-		ReadTimeout:       webhookReadTimeout,
-		WriteTimeout:      webhookWriteTimeout,
-		IdleTimeout:       webhookIdleTimeout,
-		MaxHeaderBytes:    webhookMaxHeaderSize,
-		ConnState:         s.conns.track,
-	}
+	listener := tls.NewListener(serving.Listen(raw, "webhook", webhookLimits, s.listeners), cfg)
+	srv := webhookLimits.Server(s.WebhookMux())
+	srv.BaseContext = func(net.Listener) context.Context { return ctx }
+	srv.ConnState = s.conns.track
 	done := make(chan struct{})
 	go func() { //nolint:gosec // G118: it runs after ctx has ended, so the shutdown needs a context of its own
 		defer close(done)
@@ -135,27 +138,25 @@ func (s *timedWebhookServer) Start(ctx context.Context) error {
 			log.Error(err, "shutting down the webhook server")
 		}
 	}()
-	log.Info("serving webhooks", "port", s.port, "readHeaderTimeout", webhookReadHeaderTimeout, "readTimeout", webhookReadTimeout,
-		"writeTimeout", webhookWriteTimeout, "idleTimeout", webhookIdleTimeout)
-	s.started.Store(true)
-	if err := srv.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	log.Info("serving webhooks", "port", s.port, "limits", webhookLimits)
+	s.serving.Store(true)
+	err = srv.Serve(listener)
+	s.serving.Store(false)
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	<-done
 	return nil
 }
 
-// StartedChecker is ready once the server accepts TLS connections.
-func (s *timedWebhookServer) StartedChecker() healthz.Checker {
+// ServingChecker is ready while the server's accept loop runs. It does not dial the server: a
+// TLS handshake is CPU-bound, and under a CPU flood a dial that times out would take a replica
+// that still serves out of the Service, and with it, replica by replica, every webhook.
+func (s *timedWebhookServer) ServingChecker() healthz.Checker {
 	return func(*http.Request) error {
-		if !s.started.Load() {
-			return errors.New("webhook server has not been started yet")
+		if !s.serving.Load() {
+			return errors.New("the webhook server is not serving: not started yet, or stopped")
 		}
-		d := &net.Dialer{Timeout: 10 * time.Second}
-		conn, err := tls.DialWithDialer(d, "tcp", net.JoinHostPort("localhost", strconv.Itoa(s.port)), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a reachability probe of our own port
-		if err != nil {
-			return fmt.Errorf("webhook server is not reachable: %w", err)
-		}
-		return conn.Close()
+		return nil
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/widgetry/widget-operator/internal/manager"
 	widgetmetrics "github.com/widgetry/widget-operator/internal/metrics"
 	"github.com/widgetry/widget-operator/internal/migrate"
+	"github.com/widgetry/widget-operator/internal/serving"
 	"github.com/widgetry/widget-operator/internal/webhook"
 )
 
@@ -48,6 +49,12 @@ func TestCatalogueLabelsMatchCode(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := webhook.NewInFlightBudget(1, time.Second, kept); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := serving.NewListenerMetrics(kept); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := serving.NewAuthFailureLimiter("metrics", 1, 1, kept); err != nil {
 		t.Fatal(err)
 	}
 	collectors := append([]prometheus.Collector{

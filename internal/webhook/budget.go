@@ -2,20 +2,22 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/semaphore"
 )
 
 // InFlightBudget bounds the memory that the webhook requests being handled at once may hold,
-// process-wide. Each request is charged its body times the peak factor of its handler before
-// its body is read; one that finds the budget spent waits a bounded time (FIFO, so a large
-// review is not starved by small ones), then gets a clear 503 instead of taking the pod to
-// its memory limit — and with it every Widget read, write and garbage collection that the
-// webhooks serve cluster-wide.
+// process-wide. Each request is charged its body times the peak factor of its handler: the
+// body as it arrives, the rest once it has arrived whole (budgetPool), so a client that
+// declares a large body and sends it slowly, or not at all, holds only what it has sent. One
+// that finds the budget spent waits a bounded time (in order of arrival, so a large review is
+// not starved by small ones), then gets a clear 503 instead of taking the pod to its memory
+// limit — and with it every Widget read, write and garbage collection that the webhooks
+// serve cluster-wide.
 //
 // Small requests — a single Widget's conversion on a GET or a watch event, an admission
 // review — have a reserve of their own (SmallReserveShare of the budget): a flood of large
@@ -24,9 +26,8 @@ import (
 type InFlightBudget struct {
 	total    int64
 	wait     time.Duration
-	large    *semaphore.Weighted
-	small    *semaphore.Weighted
-	reserve  int64
+	large    *budgetPool
+	small    *budgetPool
 	inFlight prometheus.Gauge
 	refused  *prometheus.CounterVec
 }
@@ -50,11 +51,10 @@ func smallReserve(total int64) int64 {
 func NewInFlightBudget(total int64, wait time.Duration, reg prometheus.Registerer) (*InFlightBudget, error) {
 	reserve := smallReserve(total)
 	b := &InFlightBudget{
-		total:   total,
-		wait:    wait,
-		reserve: reserve,
-		large:   semaphore.NewWeighted(max(total-reserve, 1)),
-		small:   semaphore.NewWeighted(reserve),
+		total: total,
+		wait:  wait,
+		large: newBudgetPool(max(total-reserve, 1)),
+		small: newBudgetPool(reserve),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "widget_webhook_inflight_bytes",
 			Help: "Bytes of the webhook requests being handled, charged as body size times the handler's peak factor.",
@@ -77,41 +77,69 @@ func NewInFlightBudget(total int64, wait time.Duration, reg prometheus.Registere
 	return b, nil
 }
 
-// Limit charges every request to next factor times its body, or factor times maxBody when
-// the client does not say how long the body is. A nil budget limits nothing.
+// chargeAsBodiesArrive is the protection against clients that declare bodies they do not
+// send; tests turn it off, as their negative control, to charge the declared size up front.
+var chargeAsBodiesArrive = true
+
+// Limit charges every request to next factor times its body (factor times maxBody while the
+// client does not say how long the body is), and hands next the body read whole (ArrivedBody).
+// A request declared larger than maxBody goes to next unread and uncharged: next refuses it.
+// A nil budget limits nothing.
 func (b *InFlightBudget) Limit(path string, factor float64, maxBody int64, next http.Handler) http.Handler {
 	if b == nil {
 		return next
 	}
 	b.refused.WithLabelValues(path) // exported at 0 from the start, so rate() sees the first refusal
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		size := maxBody
-		if r.ContentLength >= 0 && r.ContentLength < maxBody {
-			size = r.ContentLength
-		}
-		charge := Charge(size, factor)
-		pool, poolSize := b.small, b.reserve
-		if charge > SmallCharge {
-			pool, poolSize = b.large, b.total-b.reserve
-		}
-		// A request larger than its whole pool runs alone rather than never.
-		charge = min(charge, max(poolSize, 1))
-		ctx, cancel := context.WithTimeout(r.Context(), b.wait)
-		err := pool.Acquire(ctx, charge)
-		cancel()
-		if err != nil {
-			b.refused.WithLabelValues(path).Inc()
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, fmt.Sprintf("webhook busy: requests in flight held this replica's memory budget of %d bytes for %s, and this one needs %d; "+
-				"refused so that the pod does not run out of memory (runbook: runbooks/alerts/WidgetWebhookBudgetRefusals.md)", b.total, b.wait, charge),
-				http.StatusServiceUnavailable)
+		if r.ContentLength > maxBody {
+			next.ServeHTTP(w, r)
 			return
 		}
-		b.inFlight.Add(float64(charge))
+		size := maxBody
+		if r.ContentLength >= 0 {
+			size = r.ContentLength
+		}
+		pool := b.small
+		if Charge(size, factor) > SmallCharge {
+			pool = b.large
+		}
+		t := pool.open(Charge(size, factor))
+		charged := int64(0)
 		defer func() {
-			b.inFlight.Sub(float64(charge))
-			pool.Release(charge)
+			pool.release(t)
+			b.inFlight.Sub(float64(charged))
 		}()
+		grow := func(n int64) bool {
+			ctx, cancel := context.WithTimeout(r.Context(), b.wait)
+			defer cancel()
+			before := t.held
+			if err := pool.grow(ctx, t, n); err != nil {
+				b.refused.WithLabelValues(path).Inc()
+				w.Header().Set("Retry-After", "1")
+				http.Error(w, fmt.Sprintf("webhook busy: requests in flight held this replica's memory budget of %d bytes for %s, and this one needs %d; "+
+					"refused so that the pod does not run out of memory (runbook: runbooks/alerts/WidgetWebhookBudgetRefusals.md)", b.total, b.wait, t.need),
+					http.StatusServiceUnavailable)
+				return false
+			}
+			charged += t.held - before
+			b.inFlight.Add(float64(t.held - before))
+			return true
+		}
+		if !chargeAsBodiesArrive && !grow(t.need) {
+			return
+		}
+		body, err := readArriving(r.Body, r.ContentLength, maxBody, grow)
+		if err != nil {
+			if !errors.Is(err, errBudgetRefused) {
+				http.Error(w, fmt.Sprintf("read request body: %v", err), http.StatusBadRequest)
+			}
+			return
+		}
+		// The body has arrived: the rest of its charge before the handler parses it.
+		if !grow(Charge(body.n, factor) - t.held) {
+			return
+		}
+		r.Body, r.ContentLength = body.assemble(r.Body), body.n
 		next.ServeHTTP(w, r)
 	})
 }

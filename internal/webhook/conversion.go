@@ -96,7 +96,7 @@ func (h *ConversionHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(status, err)
 		return
 	}
-	body, err := readBody(http.MaxBytesReader(w, r.Body, limit), r.ContentLength)
+	body, err := readBody(w, r, limit)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
@@ -132,10 +132,14 @@ func (h *ConversionHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	writeResponse(w, review.uid, c, convErr)
 }
 
-// readBody reads the body into one buffer of exactly its declared length (the apiserver
-// always declares it), so reading wastes nothing; a body of unknown length grows a buffer
-// up to the limit.
-func readBody(body io.Reader, contentLength int64) ([]byte, error) {
+// readBody takes the body the in-flight budget read whole (ArrivedBody), or reads it into one
+// buffer of exactly its declared length (the apiserver always declares it), so reading wastes
+// nothing; a body of unknown length grows a buffer up to the limit.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if arrived, ok := r.Body.(*ArrivedBody); ok && int64(len(arrived.Bytes())) <= limit {
+		return arrived.Bytes(), nil
+	}
+	body, contentLength := http.MaxBytesReader(w, r.Body, limit), r.ContentLength
 	if contentLength >= 0 {
 		buf := make([]byte, contentLength)
 		if _, err := io.ReadFull(body, buf); err != nil {
