@@ -22,6 +22,7 @@ import (
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/internal/testenv/cluster"
+	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 	"github.com/widgetry/widget-operator/internal/webhook"
 	"github.com/widgetry/widget-operator/internal/webhook/webhooktest"
 )
@@ -174,7 +175,8 @@ func (a *attacker) slowLoris(n int) time.Duration {
 }
 
 // flood sends n realistic reviews of size bytes at once, spread over the pods, and counts
-// the answers: each must be a converted review or the budget's 503, never anything else.
+// the answers: each must be a converted review or the budget's 503 ("webhook busy": memory or
+// the processors for large requests), never anything else.
 func (a *attacker) flood(n, size int) map[string]int {
 	body, _ := webhooktest.Realistic("flood", v1.GroupVersion.String(), size)
 	var mu sync.Mutex
@@ -191,8 +193,8 @@ func (a *attacker) flood(n, size int) map[string]int {
 				key = "error"
 				a.t.Errorf("flood request to %s: %v", pod.Name, err)
 			case code == http.StatusOK && status == "Success":
-			case code == http.StatusServiceUnavailable && bytes.Contains(head, []byte("memory budget")):
-				key = "503 budget"
+			case code == http.StatusServiceUnavailable && bytes.Contains(head, []byte("webhook busy")):
+				key = "503 busy"
 			default:
 				a.t.Errorf("flood request to %s: %d %.200s", pod.Name, code, head)
 			}
@@ -230,4 +232,141 @@ func (a *attacker) unharmed(k client.Client) {
 			a.t.Errorf("pod %s is gone", before.Name)
 		}
 	}
+}
+
+// declaredBodies opens, to every pod's webhook port, connections that send a
+// ConversionReview's headers and never its body: one declaring the default body limit and 25
+// sized to fill the small requests' reserve at the chart's defaults (the security review's
+// attack on the in-flight budget). It returns a func that closes them.
+func (a *attacker) declaredBodies() func() {
+	limits, err := webhook.LimitsFor(chartMemoryLimit/10*9, 0, 0, 0)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	reserve := limits.InFlightBytes / 8 * webhook.SmallReserveShare
+	sizes := []int64{webhook.DefaultMaxConversionBodyBytes}
+	for range 25 {
+		sizes = append(sizes, int64(float64(reserve)/25/webhook.ConversionPeakFactor))
+	}
+	var conns []net.Conn
+	for _, pod := range a.pods {
+		for _, size := range sizes {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			raw, err := a.c.DialContext(ctx, "tcp", net.JoinHostPort(pod.Status.PodIP, "9443"))
+			cancel()
+			if err != nil {
+				a.t.Errorf("declared bodies: dial %s: %v", pod.Name, err)
+				continue
+			}
+			conn := tls.Client(raw, a.tls)
+			conns = append(conns, conn)
+			if _, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", webhook.ConvertPath, size); err != nil {
+				a.t.Errorf("declared bodies: %s: %v", pod.Name, err)
+			}
+		}
+	}
+	return func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}
+}
+
+// chartMemoryLimit is the chart's default resources.limits.memory of the webhook container.
+const chartMemoryLimit = 256 << 20
+
+// trickledHeaders opens n connections to port of every pod (over TLS when secure) that each
+// send a request line and then a header of up to 1 MiB, 8 KiB every 200 ms; it returns how
+// many the pods still held open after hold, and the longest any was held.
+func (a *attacker) trickledHeaders(port int, secure bool, n int, hold time.Duration) (int, time.Duration) {
+	var mu sync.Mutex
+	open, worst := 0, time.Duration(0)
+	var wg sync.WaitGroup
+	for _, pod := range a.pods {
+		for range n {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				raw, err := a.c.DialContext(ctx, "tcp", net.JoinHostPort(pod.Status.PodIP, fmt.Sprint(port)))
+				cancel()
+				if err != nil {
+					return // refused: not held
+				}
+				conn := raw
+				if secure {
+					conn = tls.Client(raw, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // an attacker verifies nothing
+				}
+				defer conn.Close()
+				start := time.Now()
+				held := func() time.Duration {
+					if _, err := io.WriteString(conn, "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Trickle: "); err != nil {
+						return time.Since(start)
+					}
+					chunk := strings.Repeat("a", 8<<10)
+					for sent := 0; sent < 1<<20 && time.Since(start) < hold; sent += len(chunk) {
+						if _, err := io.WriteString(conn, chunk); err != nil {
+							return time.Since(start)
+						}
+						_ = conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+						if _, err := conn.Read(make([]byte, 512)); err != nil {
+							var netErr net.Error
+							if errors.As(err, &netErr) && netErr.Timeout() {
+								continue
+							}
+						}
+						return time.Since(start) // answered (431, 408) or closed
+					}
+					return -1
+				}()
+				mu.Lock()
+				defer mu.Unlock()
+				if held < 0 {
+					open++
+					held = time.Since(start)
+				}
+				worst = max(worst, held)
+			})
+		}
+	}
+	wg.Wait()
+	return open, worst
+}
+
+// inventedTokens sends n metrics requests with invented bearer tokens to every pod and counts
+// the answers by status: after the first few (each a TokenReview), 429s that cost nothing.
+func (a *attacker) inventedTokens(n int) map[int]int {
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: a.c.DialContext, TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // an attacker verifies nothing
+	}}
+	defer client.CloseIdleConnections()
+	answers := map[int]int{}
+	for _, pod := range a.pods {
+		for i := range n {
+			req, err := http.NewRequest(http.MethodGet, "https://"+net.JoinHostPort(pod.Status.PodIP, "8443")+"/metrics", nil)
+			if err != nil {
+				a.t.Fatal(err)
+			}
+			req.Header.Set("Authorization", fmt.Sprintf("Bearer invented-%d", i))
+			resp, err := client.Do(req)
+			if err != nil {
+				answers[0]++
+				continue
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			answers[resp.StatusCode]++
+		}
+	}
+	return answers
+}
+
+// everyday sends, at rate per second until ctx ends, a single Widget's ConversionReview and an
+// AdmissionReview alternately, spread over the pods, as the apiserver does for everyday reads
+// and writes.
+func (a *attacker) everyday(ctx context.Context, rate int) *widgetenv.LoadResult {
+	var targets []string
+	for _, pod := range a.pods {
+		targets = append(targets, "https://"+net.JoinHostPort(pod.Status.PodIP, "9443"))
+	}
+	load := &widgetenv.Load{Client: a.client, Targets: func() []string { return targets }, Rate: rate}
+	return load.Run(ctx)
 }

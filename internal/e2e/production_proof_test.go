@@ -38,6 +38,7 @@ import (
 	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/cluster"
+	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
 
 const (
@@ -571,16 +572,47 @@ func TestProductionProof(t *testing.T) {
 		a := newAttacker(t, c, k)
 		a.hostileShapes()
 		a.largestReviews()
+		// Issue #33: bodies declared and never sent, held through the whole step.
+		closeDeclared := a.declaredBodies()
 		var held time.Duration
 		var answers map[string]int
+		var metricsOpen, probesOpen int
+		var metricsHeld, probesHeld time.Duration
+		var tokens map[int]int
+		// The everyday traffic straight to the pods while the attacks run: a single Widget's
+		// conversion and an admission review, alternately.
+		everydayCtx, stopEveryday := context.WithCancel(context.Background())
+		everydayDone := make(chan *widgetenv.LoadResult, 1)
+		go func() { everydayDone <- a.everyday(everydayCtx, 20) }()
 		var wg sync.WaitGroup
 		wg.Go(func() { held = a.slowLoris(50) })
 		wg.Go(func() { answers = a.flood(200, 8<<20) })
+		wg.Go(func() { metricsOpen, metricsHeld = a.trickledHeaders(8443, true, 100, 20*time.Second) })
+		wg.Go(func() { probesOpen, probesHeld = a.trickledHeaders(8081, false, 100, 20*time.Second) })
+		wg.Go(func() { tokens = a.inventedTokens(100) })
 		wg.Wait()
+		stopEveryday()
+		everyday := <-everydayDone
+		closeDeclared()
+		figure("single-object reviews straight to the pods during the attacks", "%s; p99 %s",
+			everyday, everyday.Quantile(0.99).Round(time.Millisecond))
+		if everyday.Failures > 0 {
+			t.Errorf("single-object reviews during the attacks: %s; first: %v", everyday, everyday.Errors)
+		}
 		figure("100 slow clients held a connection at most", "%s", held.Round(100*time.Millisecond))
 		figure("answers to 200 concurrent 8 MiB reviews", "%v", answers)
+		figure("26 bodies declared per pod, never sent", "held through the step")
+		figure("100 trickled 1 MiB headers per pod: metrics port held at most", "%s (%d still open after 20s)", metricsHeld.Round(100*time.Millisecond), metricsOpen)
+		figure("… probe port held at most", "%s (%d still open after 20s)", probesHeld.Round(100*time.Millisecond), probesOpen)
+		figure("100 invented tokens per pod, answers by status", "%v", tokens)
 		if held > 25*time.Second {
 			t.Errorf("a slow client held its connection for %s; the server's header timeout is 10s", held)
+		}
+		if metricsOpen+probesOpen > 0 {
+			t.Errorf("trickled headers still held open after 20s: %d on the metrics port, %d on the probe port (header timeout 5s)", metricsOpen, probesOpen)
+		}
+		if reviewed := len(a.pods)*100 - tokens[http.StatusTooManyRequests]; reviewed > len(a.pods)*(manager.MetricsAuthFailureBurst+25) {
+			t.Errorf("of %d invented tokens, %d were not limited (answers %v); each costs a TokenReview", len(a.pods)*100, reviewed, tokens)
 		}
 		a.unharmed(k)
 		time.Sleep(10 * time.Second) // the load goes on while the pods recover

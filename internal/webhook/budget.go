@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,12 +23,17 @@ import (
 // Small requests — a single Widget's conversion on a GET or a watch event, an admission
 // review — have a reserve of their own (SmallReserveShare of the budget): a flood of large
 // reviews, from a LIST storm or a hostile client, makes large reviews wait, never the
-// everyday traffic behind them in the queue.
+// everyday traffic behind them in the queue. The same holds for the CPU: large requests are
+// handled at most GOMAXPROCS-1 at a time (one at least), so that small ones always find a
+// processor free rather than queueing behind conversions of megabytes, within a CPU limit
+// of half a core.
 type InFlightBudget struct {
 	total    int64
 	wait     time.Duration
 	large    *budgetPool
 	small    *budgetPool
+	// largeWork holds a slot per large request being handled.
+	largeWork chan struct{}
 	inFlight prometheus.Gauge
 	refused  *prometheus.CounterVec
 }
@@ -53,8 +59,9 @@ func NewInFlightBudget(total int64, wait time.Duration, reg prometheus.Registere
 	b := &InFlightBudget{
 		total: total,
 		wait:  wait,
-		large: newBudgetPool(max(total-reserve, 1)),
-		small: newBudgetPool(reserve),
+		large:     newBudgetPool(max(total-reserve, 1)),
+		small:     newBudgetPool(reserve),
+		largeWork: make(chan struct{}, max(runtime.GOMAXPROCS(0)-1, 1)),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "widget_webhook_inflight_bytes",
 			Help: "Bytes of the webhook requests being handled, charged as body size times the handler's peak factor.",
@@ -139,7 +146,32 @@ func (b *InFlightBudget) Limit(path string, factor float64, maxBody int64, next 
 		if !grow(Charge(body.n, factor) - t.held) {
 			return
 		}
+		if pool == b.large {
+			release, ok := b.work(r, path, w)
+			if !ok {
+				return
+			}
+			defer release()
+		}
 		r.Body, r.ContentLength = body.assemble(r.Body), body.n
 		next.ServeHTTP(w, r)
 	})
+}
+
+// work takes a slot for handling a large request, waiting at most the budget's wait, and
+// returns what gives it back. Refused, it answers 503.
+func (b *InFlightBudget) work(r *http.Request, path string, w http.ResponseWriter) (func(), bool) {
+	timer := time.NewTimer(b.wait)
+	defer timer.Stop()
+	select {
+	case b.largeWork <- struct{}{}:
+		return func() { <-b.largeWork }, true
+	case <-timer.C:
+	case <-r.Context().Done():
+	}
+	b.refused.WithLabelValues(path).Inc()
+	w.Header().Set("Retry-After", "1")
+	http.Error(w, fmt.Sprintf("webhook busy: large requests held this replica's %d processor(s) for large requests for %s; refused so that its CPU stays free for single objects (runbook: runbooks/alerts/WidgetWebhookBudgetRefusals.md)",
+		cap(b.largeWork), b.wait), http.StatusServiceUnavailable)
+	return nil, false
 }

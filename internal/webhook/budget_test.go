@@ -176,3 +176,41 @@ func TestFailureLogIsRateLimited(t *testing.T) {
 		t.Fatalf("the line after the flood does not count the 7 dropped: %q", lines[len(lines)-1])
 	}
 }
+
+// TestLargeRequestsLeaveAProcessor: large requests are handled at most GOMAXPROCS-1 at a time
+// (one at least): another waits, then gets a 503 naming the processors, while a single
+// Widget's review goes through at once.
+func TestLargeRequestsLeaveAProcessor(t *testing.T) {
+	b, err := NewInFlightBudget(256<<20, 300*time.Millisecond, prometheus.NewPedanticRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.largeWork = make(chan struct{}, 1) // as on a pod limited to two processors
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	h := b.Limit("/convert", 2, 64<<20, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > 1<<20 {
+			entered <- struct{}{}
+			<-release
+		}
+	}))
+	send := func(size int) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/convert", bytes.NewReader(make([]byte, size))))
+		return rec
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { send(4 << 20) })
+	<-entered
+	if rec := send(4 << 20); rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "processor") {
+		t.Errorf("a second large review while one is handled: %d %q, want 503 naming the processors", rec.Code, rec.Body.String())
+	}
+	if rec := send(2 << 10); rec.Code != http.StatusOK {
+		t.Errorf("a small review while a large one is handled: %d", rec.Code)
+	}
+	close(release)
+	wg.Wait()
+	if rec := send(4 << 20); rec.Code != http.StatusOK {
+		t.Errorf("a large review once the processor is free: %d", rec.Code)
+	}
+}
