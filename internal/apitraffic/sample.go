@@ -198,10 +198,11 @@ type Traffic struct {
 	ByVerb map[string]float64
 	// Watches are the watches open at Until.
 	Watches float64
-	// Reachable counts the instances read at Until; Notes say what was not (unreachable
-	// instances, restarts, instances new since the baseline).
-	Reachable int
-	Notes     []string
+	// Reachable counts the instances read at Until, Unreachable those that could not be;
+	// Notes say what was not counted (unreachable instances, restarts, instances new since the
+	// baseline).
+	Reachable, Unreachable int
+	Notes                  []string
 }
 
 // Calls is the number of requests other than watches: reads and writes, which only a client
@@ -269,6 +270,7 @@ func Compare(base *Sample, now Sample, r Resource) Traffic {
 	}
 	for _, in := range now.Instances {
 		if in.Error != "" {
+			t.Unreachable++
 			t.Notes = append(t.Notes, fmt.Sprintf("%s not counted: %s", in.Address, in.Error))
 			continue
 		}

@@ -191,6 +191,11 @@ func oldVersionTraffic(ctx context.Context, c client.Client, tc *TrafficCheck, c
 	switch {
 	case t.Reachable == 0:
 		problem = fmt.Errorf("no kube-apiserver instance could be asked how many %s requests it served: %s; from outside the cluster's network name reachable instances with --apiserver-instances host:port (or run the check in the cluster: the chart's preflight hook does)", r, t)
+	case t.Unreachable > 0:
+		// What an instance that cannot be asked served is unknown: a client of it alone would
+		// lose its version at unserve, and a forged or stale answer must not count as none.
+		problem = fmt.Errorf("%d kube-apiserver instance(s) could not be asked how many %s requests they served, so %s cannot be shown unused: %s; make every instance reachable from where the check runs (--apiserver-instances host:port from outside the cluster), or override with a reason (--allow-old-version-traffic=<reason>, the chart's apiUpgrade.oldVersionTraffic.allowReason), recorded as a Warning event on the CRD",
+			t.Unreachable, r, cfg.Old, t)
 	case base == nil:
 		problem = fmt.Errorf("there is no earlier count to compare with (none was recorded at the storage flip); counted now: %s; rerun after %s without %s requests, so the traffic within that window is known", t, tc.window(), cfg.Old)
 	case t.Calls() > 0:

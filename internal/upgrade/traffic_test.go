@@ -21,7 +21,8 @@ import (
 
 // TestOldVersionTrafficDecision: reads and writes through v1alpha1 in the window refuse;
 // watches alone (kube-controller-manager keeps one on a version it once preferred) pass with a
-// warning, unless the audit log names a watcher other than kube-controller-manager. The
+// warning, unless the audit log names a watcher other than kube-controller-manager; an
+// instance that cannot be asked refuses, unless overridden with a reason. The
 // apiserver is a TLS server exposing the counts; the ledger a fake client (the walk in
 // walk_test.go runs the same against a real apiserver).
 func TestOldVersionTrafficDecision(t *testing.T) {
@@ -38,11 +39,12 @@ process_start_time_seconds 1
 	}))
 	defer srv.Close()
 	clock := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	instances := []string{srv.Listener.Addr().String()}
 	c := fake.NewClientBuilder().WithScheme(scheme.New()).Build()
 	tc := &TrafficCheck{
 		Ledger: apitraffic.Ledger{Client: c, Namespace: "widget-system", Name: "ledger"},
 		HTTP:   srv.Client(), Window: time.Minute, Now: func() time.Time { return clock },
-		Instances: func(context.Context) ([]string, error) { return []string{srv.Listener.Addr().String()}, nil },
+		Instances: func(context.Context) ([]string, error) { return instances, nil },
 	}
 	cfg := WidgetConfig()
 	live := crd.Widget()
@@ -59,19 +61,28 @@ process_start_time_seconds 1
 		name                      string
 		get, watchDone, watchOpen int64
 		auditLog                  string
+		unreachable               bool
+		allowReason               string
 		refused, note             string
 	}{
-		{"nothing", 0, 0, 0, "", "", ": none"},
-		{"watches only", 0, 2, 1, "", "", "WARNING: watches only: "},
-		{"watches only, all by kube-controller-manager", 0, 3, 1, auditLine("system:kube-controller-manager"), "", "no watcher but kube-controller-manager"},
-		{"watches by an old operator", 0, 4, 1, auditLine("system:kube-controller-manager") + auditLine("system:serviceaccount:shop:old-operator"), "still watched", ""},
-		{"a GET", 1, 4, 1, "", "still in use", ""},
+		{"nothing", 0, 0, 0, "", false, "", "", ": none"},
+		{"watches only", 0, 2, 1, "", false, "", "", "WARNING: watches only: "},
+		{"watches only, all by kube-controller-manager", 0, 3, 1, auditLine("system:kube-controller-manager"), false, "", "", "no watcher but kube-controller-manager"},
+		{"watches by an old operator", 0, 4, 1, auditLine("system:kube-controller-manager") + auditLine("system:serviceaccount:shop:old-operator"), false, "", "still watched", ""},
+		{"a GET", 1, 4, 1, "", false, "", "still in use", ""},
+		{"nothing, but an instance cannot be asked", 0, 0, 0, "", true, "", "1 kube-apiserver instance(s) could not be asked", ""},
+		{"an instance cannot be asked, overridden with a reason", 0, 0, 0, "", true, "INC-42: the instance is being replaced", "", `overridden ("INC-42`},
 	} {
 		t.Run(tc2.name, func(t *testing.T) {
 			clock = clock.Add(2 * time.Minute) // each case counts since the sample of the one before
 			get.Store(get.Load() + tc2.get)
 			watchesDone.Store(watchesDone.Load() + tc2.watchDone)
 			watchesOpen.Store(tc2.watchOpen)
+			instances = []string{srv.Listener.Addr().String()}
+			if tc2.unreachable {
+				instances = append(instances, "127.0.0.1:1") // nothing listens there
+			}
+			tc.AllowReason = tc2.allowReason
 			tc.AuditLog = ""
 			if tc2.auditLog != "" {
 				at := clock.Add(-30 * time.Second).Format(time.RFC3339)
