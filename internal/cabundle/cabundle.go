@@ -16,7 +16,9 @@ package cabundle
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -77,7 +79,21 @@ type State struct {
 	// Served is every replica behind the webhook Service that may take a new connection,
 	// ready or not.
 	Served []Served
-	Now    time.Time
+	// OnceIssued is every CA once named by the serving Secret's ca.crt (Fingerprint); nil:
+	// not known, every CA of the bundle counts as once issued.
+	OnceIssued map[string]bool
+	Now        time.Time
+}
+
+// Fingerprint identifies a CA in OnceIssued: the SHA-256 of its DER, in hex.
+func Fingerprint(c *x509.Certificate) string {
+	sum := sha256.Sum256(c.Raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// onceIssued tells whether ca was once named by the serving Secret.
+func (s State) onceIssued(ca *x509.Certificate) bool {
+	return s.OnceIssued == nil || s.OnceIssued[Fingerprint(ca)] || contains(s.IssuedCAs, ca)
 }
 
 // Change is one CA added to or removed from the bundle, and why.
@@ -89,7 +105,9 @@ type Change struct {
 // Plan returns the next bundle: the current one in order, plus every issued CA not in it, minus
 // every CA that has expired or that nothing chains to anymore. A CA that something may still
 // chain to stays: the issued chain or a served one chains to it, or a replica could not be
-// asked. The bundle never becomes empty while an issued CA exists.
+// asked and the CA was once issued (one planted in the bundle Secret, never named by the
+// serving Secret, does not ride on an unreachable replica). The bundle never becomes empty
+// while an issued CA exists.
 func Plan(s State) (next []*x509.Certificate, added, removed []Change) {
 	unreachable := 0
 	for _, sv := range s.Served {
@@ -105,10 +123,12 @@ func Plan(s State) (next []*x509.Certificate, added, removed []Change) {
 			next = append(next, ca)
 		case ChainsTo(s.Issued, ca):
 			next = append(next, ca)
-		case unreachable > 0:
-			next = append(next, ca)
 		case anyServedChainsTo(s.Served, ca):
 			next = append(next, ca)
+		case unreachable > 0 && s.onceIssued(ca):
+			next = append(next, ca)
+		case unreachable > 0:
+			removed = append(removed, Change{ca, fmt.Sprintf("the serving Secret never named it (planted in the bundle Secret?); %d replica(s) could not be asked, but only CAs once issued are kept for them", unreachable)})
 		default:
 			removed = append(removed, Change{ca, fmt.Sprintf("neither the issued certificate nor any of the %d replicas' served ones chains to it", len(s.Served))})
 		}

@@ -105,3 +105,26 @@ func TestChainsTo(t *testing.T) {
 		t.Error("ChainsTo judged wrong")
 	}
 }
+
+// TestPlanDropsAPlantedCA: a CA written into the bundle Secret that the serving Secret never
+// named leaves it even while a replica cannot be asked; one once issued stays for that replica.
+func TestPlanDropsAPlantedCA(t *testing.T) {
+	issuedCA, oldCA, planted := testcerts.NewCA(t, "issued"), testcerts.NewCA(t, "old"), testcerts.NewCA(t, "planted")
+	issued := chain(t, issuedCA.Issue(t, "svc.ns.svc"))
+	bundle := []*x509.Certificate{issuedCA.Cert, oldCA.Cert, planted.Cert}
+	unreachable := []cabundle.Served{{Endpoint: "192.0.2.9:9443", Err: errors.New("i/o timeout")}}
+	s := cabundle.State{Bundle: bundle, IssuedCAs: []*x509.Certificate{issuedCA.Cert}, Issued: issued, Served: unreachable, Now: time.Now(),
+		OnceIssued: map[string]bool{cabundle.Fingerprint(oldCA.Cert): true}}
+	next, _, removed := cabundle.Plan(s)
+	if got := names(next); !slices.Equal(got, []string{"issued", "old"}) {
+		t.Errorf("bundle %v, want the issued CA and the once-issued old one", got)
+	}
+	if len(removed) != 1 || removed[0].CA != planted.Cert {
+		t.Errorf("removed %v, want the planted CA", removed)
+	}
+	// Without a record (a bundle from before it), every CA it holds counts as once issued.
+	s.OnceIssued = nil
+	if next, _, _ := cabundle.Plan(s); len(next) != 3 {
+		t.Errorf("without a record, bundle %v, want all three kept for the unreachable replica", names(next))
+	}
+}

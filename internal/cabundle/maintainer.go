@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -23,6 +24,9 @@ import (
 const (
 	KeyCA   = "ca.crt"
 	KeyCert = "tls.crt"
+	// KeyOnceIssued, in the bundle Secret, lists the fingerprints of the CAs of the bundle
+	// once named by the serving Secret, one per line.
+	KeyOnceIssued = "once-issued.sha256"
 )
 
 // Maintainer keeps the bundle Secret's ca.crt as Plan decides, polling every Interval; it is
@@ -115,19 +119,19 @@ func (m *Maintainer) Sync(ctx context.Context, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	s := State{Bundle: bundle, IssuedCAs: issuedCAs, Issued: issued, Served: served, Now: time.Now()}
+	s := State{Bundle: bundle, IssuedCAs: issuedCAs, Issued: issued, Served: served, OnceIssued: readOnceIssued(bundleSecret.Data, bundle), Now: time.Now()}
 	next, added, removed := Plan(s)
 	if m.OnPlan != nil {
 		m.OnPlan(next)
 	}
-	encoded := Encode(next)
-	if bytes.Equal(encoded, bundleSecret.Data[KeyCA]) {
+	encoded, onceIssued := Encode(next), encodeOnceIssued(s, next)
+	if bytes.Equal(encoded, bundleSecret.Data[KeyCA]) && bytes.Equal(onceIssued, bundleSecret.Data[KeyOnceIssued]) {
 		return nil
 	}
 	if bundleSecret.Data == nil {
 		bundleSecret.Data = map[string][]byte{}
 	}
-	bundleSecret.Data[KeyCA] = encoded
+	bundleSecret.Data[KeyCA], bundleSecret.Data[KeyOnceIssued] = encoded, onceIssued
 	if err := m.Writer.Update(ctx, bundleSecret); err != nil {
 		return fmt.Errorf("write the CA bundle: %w", err)
 	}
@@ -145,10 +149,59 @@ func (m *Maintainer) Sync(ctx context.Context, log logr.Logger) error {
 	return nil
 }
 
-// served asks every endpoint of the Service, ready or not (terminating ones aside), for the chain it presents.
+// readOnceIssued is the bundle Secret's record of the CAs once issued. A bundle written before
+// the record existed trusts what it holds, once (the record starts from it).
+func readOnceIssued(data map[string][]byte, bundle []*x509.Certificate) map[string]bool {
+	record, ok := data[KeyOnceIssued]
+	if !ok && !enforceOnceIssued {
+		return nil
+	}
+	seen := map[string]bool{}
+	if !ok {
+		for _, ca := range bundle {
+			seen[Fingerprint(ca)] = true
+		}
+	}
+	for line := range strings.Lines(string(record)) {
+		if fp := strings.TrimSpace(line); fp != "" {
+			seen[fp] = true
+		}
+	}
+	return seen
+}
+
+// encodeOnceIssued records, of the next bundle, the CAs once issued: those recorded before
+// and those the serving Secret names now.
+func encodeOnceIssued(s State, next []*x509.Certificate) []byte {
+	var b strings.Builder
+	for _, ca := range next {
+		if s.onceIssued(ca) {
+			b.WriteString(Fingerprint(ca) + "\n")
+		}
+	}
+	return []byte(b.String())
+}
+
+// enforceOnceIssued and onlyControllerSlices are the protections against a planted CA; tests
+// turn them off as their negative control.
+var (
+	enforceOnceIssued    = true
+	onlyControllerSlices = true
+)
+
+// endpointSliceController is the managed-by label of the slices the EndpointSlice controller
+// writes from the Service's selector: a slice anyone else wrote may name any server.
+const endpointSliceController = "endpointslice-controller.k8s.io"
+
+// served asks every endpoint of the Service, ready or not (terminating ones aside), for the chain
+// it presents; only the EndpointSlice controller's slices count.
 func (m *Maintainer) served(ctx context.Context) ([]Served, error) {
 	slices := &discoveryv1.EndpointSliceList{}
-	if err := m.Reader.List(ctx, slices, client.InNamespace(m.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: m.Service}); err != nil {
+	labels := client.MatchingLabels{discoveryv1.LabelServiceName: m.Service}
+	if onlyControllerSlices {
+		labels[discoveryv1.LabelManagedBy] = endpointSliceController
+	}
+	if err := m.Reader.List(ctx, slices, client.InNamespace(m.Namespace), labels); err != nil {
 		return nil, fmt.Errorf("list the EndpointSlices of Service %s: %w", m.Service, err)
 	}
 	var out []Served

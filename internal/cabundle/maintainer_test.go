@@ -5,6 +5,7 @@ package cabundle_test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"slices"
 	"sync/atomic"
@@ -81,7 +82,8 @@ func TestMaintainerOverlapsARotation(t *testing.T) {
 		}
 	}
 	slice := func(name string, port int, terminating bool) *discoveryv1.EndpointSlice {
-		return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+		return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: svc,
+			discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
 			AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(port))}},
 			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(!terminating), Terminating: ptr.To(terminating)}}}}
 	}
@@ -170,5 +172,96 @@ func TestMaintainerOverlapsARotation(t *testing.T) {
 	}
 	if before.ResourceVersion != after.ResourceVersion {
 		t.Errorf("a steady bundle was rewritten (resourceVersion %s → %s)", before.ResourceVersion, after.ResourceVersion)
+	}
+}
+
+// TestMaintainerDropsAPlantedCA is the security review's attack on the bundle, against a real
+// apiserver: someone who can write Secrets and EndpointSlices in the namespace adds a CA of
+// their own to the bundle Secret, and an EndpointSlice (the Service's name label, not the
+// EndpointSlice controller's) naming a server of theirs that presents a leaf of that CA, while
+// a genuine replica cannot be reached. The next sync drops the planted CA. With the protection
+// off (the negative control) the planted CA stays.
+func TestMaintainerDropsAPlantedCA(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
+	ctx := context.Background()
+	const svc = "widget-operator-webhook"
+	host := svc + ".planted.svc"
+	issuedCA, plantedCA := testcerts.NewCA(t, "issued CA"), testcerts.NewCA(t, "planted CA")
+	issuedLeaf := issuedCA.Issue(t, host)
+	genuine, attacker := startReplica(t, issuedLeaf), startReplica(t, plantedCA.Issue(t, host))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	for i, protected := range []bool{true, false} {
+		ns := fmt.Sprintf("planted-%d", i)
+		t.Run(fmt.Sprintf("protected=%t", protected), func(t *testing.T) {
+			if !protected {
+				defer cabundle.WithoutPlantedCAProtection()()
+			}
+			slice := func(name string, port int, managedBy string) *discoveryv1.EndpointSlice {
+				return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+					Labels: map[string]string{discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: managedBy}},
+					AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(port))}},
+					Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}}}
+			}
+			for _, o := range []client.Object{
+				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "serving", Namespace: ns},
+					Data: map[string][]byte{"ca.crt": issuedCA.PEM, "tls.crt": issuedLeaf.CertPEM, "tls.key": issuedLeaf.KeyPEM}},
+				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bundle", Namespace: ns}},
+				slice("genuine", genuine.port, "endpointslice-controller.k8s.io"),
+				slice("genuine-gone", gone, "endpointslice-controller.k8s.io"),
+			} {
+				if err := env.Client.Create(ctx, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m := &cabundle.Maintainer{Reader: env.Client, Writer: env.Client, Namespace: ns, ServingSecret: "serving", BundleSecret: "bundle",
+				Service: svc, ServerName: host, DialTimeout: 2 * time.Second,
+				DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					_, port, _ := net.SplitHostPort(addr)
+					return (&net.Dialer{}).DialContext(ctx, network, net.JoinHostPort("127.0.0.1", port))
+				}}
+			sync := func() []string {
+				t.Helper()
+				if err := m.Sync(ctx, testr.New(t)); err != nil {
+					t.Fatal(err)
+				}
+				s := &corev1.Secret{}
+				if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "bundle"}, s); err != nil {
+					t.Fatal(err)
+				}
+				certs, err := cabundle.Parse(s.Data["ca.crt"])
+				if err != nil {
+					t.Fatal(err)
+				}
+				return names(certs)
+			}
+			if got := sync(); !slices.Equal(got, []string{"issued CA"}) {
+				t.Fatalf("bundle %v after install", got)
+			}
+			// The attack: the planted CA appended to the bundle, and a slice of the attacker's.
+			s := &corev1.Secret{}
+			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "bundle"}, s); err != nil {
+				t.Fatal(err)
+			}
+			s.Data["ca.crt"] = append(s.Data["ca.crt"], plantedCA.PEM...)
+			if err := env.Client.Update(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			if err := env.Client.Create(ctx, slice("attacker", attacker.port, "someone")); err != nil {
+				t.Fatal(err)
+			}
+			got := sync()
+			if protected && !slices.Equal(got, []string{"issued CA"}) {
+				t.Errorf("the planted CA stayed: bundle %v", got)
+			}
+			if !protected && !slices.Contains(got, "planted CA") {
+				t.Errorf("negative control: without the protection the planted CA left anyway (bundle %v), so this test proves nothing", got)
+			}
+		})
 	}
 }
