@@ -28,14 +28,14 @@ import (
 // processor free rather than queueing behind conversions of megabytes, within a CPU limit
 // of half a core.
 type InFlightBudget struct {
-	total    int64
-	wait     time.Duration
-	large    *budgetPool
-	small    *budgetPool
+	total int64
+	wait  time.Duration
+	large *budgetPool
+	small *budgetPool
 	// largeWork holds a slot per large request being handled.
 	largeWork chan struct{}
-	inFlight prometheus.Gauge
-	refused  *prometheus.CounterVec
+	inFlight  prometheus.Gauge
+	refused   *prometheus.CounterVec
 }
 
 // SmallReserveShare is the part of the budget, in eighths, kept for small requests, and
@@ -57,8 +57,8 @@ func smallReserve(total int64) int64 {
 func NewInFlightBudget(total int64, wait time.Duration, reg prometheus.Registerer) (*InFlightBudget, error) {
 	reserve := smallReserve(total)
 	b := &InFlightBudget{
-		total: total,
-		wait:  wait,
+		total:     total,
+		wait:      wait,
 		large:     newBudgetPool(max(total-reserve, 1)),
 		small:     newBudgetPool(reserve),
 		largeWork: make(chan struct{}, max(runtime.GOMAXPROCS(0)-1, 1)),
