@@ -176,6 +176,7 @@ type target struct {
 	viaStatus     bool
 	storedAtStart []string
 	generation    int64
+	uid           string
 }
 
 // Migrate rewrites every stored object of opts.CRD in its storage version, then trims
@@ -208,10 +209,10 @@ func (m *Migrator) Migrate(ctx context.Context, opts Options) (*Result, error) {
 		return nil, err
 	}
 	resume := havePrev && canResume(prev, t)
-	if havePrev && prev.Phase == PhaseRunning && !resume {
-		log.Info("not resuming the earlier migration: the CRD changed since it started",
+	if havePrev && (prev.Phase == PhaseRunning || prev.Phase == PhaseFailed) && !resume {
+		log.Info("not resuming the earlier migration, a full pass instead: its checkpoint is not of this CRD as it is now (the CRD changed or was recreated since, or the checkpoint was written by something else)",
 			"previousStorageVersion", prev.StorageVersion, "storageVersion", t.storage,
-			"previousGeneration", prev.CRDGeneration, "generation", t.generation)
+			"previousGeneration", prev.CRDGeneration, "generation", t.generation, "previousUID", prev.CRDUID, "uid", t.uid)
 	}
 	if !resume && slices.Equal(t.crd.Status.StoredVersions, []string{t.storage}) {
 		log.Info("nothing to migrate: storedVersions already lists only the storage version", "storageVersion", t.storage)
@@ -221,7 +222,7 @@ func (m *Migrator) Migrate(ctx context.Context, opts Options) (*Result, error) {
 
 	p := Progress{
 		CRD: opts.CRD, Group: t.crd.Spec.Group, Resource: t.crd.Spec.Names.Plural,
-		StorageVersion: t.storage, CRDGeneration: t.generation, StoredVersionsAtStart: t.storedAtStart,
+		StorageVersion: t.storage, CRDGeneration: t.generation, CRDUID: t.uid, StoredVersionsAtStart: t.storedAtStart,
 		Phase: PhaseRunning, Holder: opts.Holder, StartTime: time.Now(), LastProgressTime: time.Now(), Attempts: 1,
 	}
 	if resume {
@@ -239,10 +240,13 @@ func (m *Migrator) Migrate(ctx context.Context, opts Options) (*Result, error) {
 }
 
 // canResume reports whether a progress object describes an unfinished migration of the
-// same CRD spec: same storage version and generation (any spec change may have moved the
-// storage version and back, so a partial run before it proves nothing).
+// same CRD spec: the same CRD (its uid: one deleted and created again starts at generation 1
+// too), storage version and generation (any spec change may have moved the storage version
+// and back, so a partial run before it proves nothing). A checkpoint without the uid (written
+// by hand, or by an older widgetctl) never resumes: a full pass is always safe, a skip is not.
 func canResume(p Progress, t *target) bool {
-	return (p.Phase == PhaseRunning || p.Phase == PhaseFailed) && p.StorageVersion == t.storage && p.CRDGeneration == t.generation
+	return (p.Phase == PhaseRunning || p.Phase == PhaseFailed) && p.StorageVersion == t.storage && p.CRDGeneration == t.generation &&
+		p.CRDUID != "" && p.CRDUID == t.uid
 }
 
 func withDefaults(o Options) Options {
@@ -299,7 +303,7 @@ func (m *Migrator) readTarget(ctx context.Context, opts Options) (*target, error
 			opts.CRD, storage, opts.To, opts.To, storagePatchHint(c, opts.To))
 	}
 	t := &target{crd: c, storage: storage, namespaced: c.Spec.Scope == apiextensionsv1.NamespaceScoped,
-		storedAtStart: slices.Clone(c.Status.StoredVersions), generation: c.Generation}
+		storedAtStart: slices.Clone(c.Status.StoredVersions), generation: c.Generation, uid: string(c.UID)}
 	var served []string
 	for _, v := range c.Spec.Versions {
 		if v.Served {

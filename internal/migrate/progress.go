@@ -41,6 +41,7 @@ const (
 	KeyResource                = "resource"                // plural resource name
 	KeyStorageVersion          = "storageVersion"          // the version objects are re-encoded in
 	KeyCRDGeneration           = "crdGeneration"           // CRD metadata.generation when the run started
+	KeyCRDUID                  = "crdUID"                  // CRD metadata.uid when the run started
 	KeyStoredVersionsAtStart   = "storedVersionsAtStart"   // comma-separated status.storedVersions at start
 	KeyBackend                 = "backend"                 // client or in-tree
 	KeyPhase                   = "phase"                   // Running, Succeeded or Failed
@@ -112,6 +113,7 @@ type Progress struct {
 	CRD, Group, Resource    string
 	StorageVersion          string
 	CRDGeneration           int64
+	CRDUID                  string
 	StoredVersionsAtStart   []string
 	Backend                 string
 	Phase                   string
@@ -142,6 +144,7 @@ func DecodeProgress(cm *corev1.ConfigMap) Progress {
 		CRD: d[KeyCRD], Group: d[KeyGroup], Resource: d[KeyResource],
 		StorageVersion:        d[KeyStorageVersion],
 		CRDGeneration:         num(KeyCRDGeneration),
+		CRDUID:                d[KeyCRDUID],
 		StoredVersionsAtStart: stored,
 		Backend:               d[KeyBackend],
 		Phase:                 d[KeyPhase],
@@ -173,6 +176,7 @@ func (p *Progress) encode() map[string]string {
 		KeyCRD: p.CRD, KeyGroup: p.Group, KeyResource: p.Resource,
 		KeyStorageVersion:          p.StorageVersion,
 		KeyCRDGeneration:           itoa(p.CRDGeneration),
+		KeyCRDUID:                  p.CRDUID,
 		KeyStoredVersionsAtStart:   strings.Join(p.StoredVersionsAtStart, ","),
 		KeyBackend:                 p.Backend,
 		KeyPhase:                   p.Phase,

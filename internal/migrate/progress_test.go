@@ -31,7 +31,7 @@ func TestProgressObjectName(t *testing.T) {
 func TestProgressRoundTrip(t *testing.T) {
 	now := time.Date(2026, 11, 30, 6, 0, 0, 123, time.UTC)
 	p := Progress{CRD: "widgets.widgetry.io", Group: "widgetry.io", Resource: "widgets", StorageVersion: "v1",
-		CRDGeneration: 4, StoredVersionsAtStart: []string{"v1alpha1", "v1"}, Backend: "client", Phase: PhaseRunning,
+		CRDGeneration: 4, CRDUID: "5e1f", StoredVersionsAtStart: []string{"v1alpha1", "v1"}, Backend: "client", Phase: PhaseRunning,
 		Holder: "host/1", StartTime: now, LastProgressTime: now.Add(time.Second), Continue: "tok", LastKey: "ns/w-1",
 		Counts: Counts{Migrated: 5, Unchanged: 1, Conflict: 2, NotFound: 3, Error: 4}, Total: 20, Attempts: 2, Message: "m"}
 	got := DecodeProgress(&corev1.ConfigMap{Data: p.encode()})
@@ -87,16 +87,20 @@ func TestStoragePatchHint(t *testing.T) {
 }
 
 func TestCanResume(t *testing.T) {
-	tg := &target{storage: "v1", generation: 3}
+	tg := &target{storage: "v1", generation: 3, uid: "u1"}
 	for _, tc := range []struct {
 		p    Progress
 		want bool
 	}{
-		{Progress{Phase: PhaseRunning, StorageVersion: "v1", CRDGeneration: 3}, true},
-		{Progress{Phase: PhaseFailed, StorageVersion: "v1", CRDGeneration: 3}, true},
-		{Progress{Phase: PhaseSucceeded, StorageVersion: "v1", CRDGeneration: 3}, false},
-		{Progress{Phase: PhaseRunning, StorageVersion: "v1alpha1", CRDGeneration: 3}, false},
-		{Progress{Phase: PhaseRunning, StorageVersion: "v1", CRDGeneration: 2}, false},
+		{Progress{Phase: PhaseRunning, StorageVersion: "v1", CRDGeneration: 3, CRDUID: "u1"}, true},
+		{Progress{Phase: PhaseFailed, StorageVersion: "v1", CRDGeneration: 3, CRDUID: "u1"}, true},
+		{Progress{Phase: PhaseSucceeded, StorageVersion: "v1", CRDGeneration: 3, CRDUID: "u1"}, false},
+		{Progress{Phase: PhaseRunning, StorageVersion: "v1alpha1", CRDGeneration: 3, CRDUID: "u1"}, false},
+		{Progress{Phase: PhaseRunning, StorageVersion: "v1", CRDGeneration: 2, CRDUID: "u1"}, false},
+		// The CRD was deleted and created again: same generation, another uid.
+		{Progress{Phase: PhaseRunning, StorageVersion: "v1", CRDGeneration: 3, CRDUID: "u0"}, false},
+		// A checkpoint without the uid (by hand, or forged): a full pass.
+		{Progress{Phase: PhaseRunning, StorageVersion: "v1", CRDGeneration: 3, LastKey: "~"}, false},
 	} {
 		if got := canResume(tc.p, tg); got != tc.want {
 			t.Errorf("canResume(%+v) = %v, want %v", tc.p, got, tc.want)
