@@ -237,8 +237,11 @@ has(object.metadata.annotations) && {{ $key }} in object.metadata.annotations ? 
 {{- end }}
 
 {{/*
-Annotations of the hook Jobs' RBAC: created before the Jobs (lower weight) in every phase that
-runs a hook, deleted once the phase's hooks succeeded and kept when one failed (for logs).
+Annotations of the hook Jobs' RBAC: created before the Jobs (earlier in Helm's install order)
+in every phase that runs a hook, and deleted when the phase ends: once its hooks succeeded, or
+when a later hook fails (Helm deletes a failed phase's earlier hooks by their hook-succeeded
+policy; internal/chart's TestHookRBACGoneAfterFailedHook, Helm 3 and 4). The failed Job stays
+for its log.
 */}}
 {{- define "widget-operator.hookRBACAnnotations" -}}
 helm.sh/hook: pre-install,pre-upgrade,pre-rollback,post-install,post-upgrade,pre-delete,test
