@@ -36,7 +36,7 @@ func TestHookRBACGoneAfterFailedHook(t *testing.T) {
 				t.Fatal(err)
 			}
 			helmRun := helmOn(t, env, ns)
-			out, err := helmRun(t, hs[name], "install", "widget-operator", chart, "--timeout", "20s")
+			out, err := helmRun(t, hs[name], "install", "widget-operator", chart, "--timeout", "5s")
 			if err == nil || !strings.Contains(out, "failed pre-install") {
 				t.Fatalf("helm install with a preflight that never runs: %v, want the pre-install phase to fail\n%s", err, out)
 			}
