@@ -39,6 +39,8 @@ func main() {
 	fs.Int64Var(&opts.MaxAdmissionBodyBytes, "admission-max-body-bytes", 0, "Largest AdmissionReview accepted (0: derived from the memory limit, at most 6Mi).")
 	fs.Int64Var(&opts.WebhookInFlightBytes, "webhook-inflight-bytes", 0, "Bytes the webhook requests in flight may hold, charged at their handler's peak factor (0: 80% of the Go memory limit; none without one).")
 	fs.DurationVar(&opts.WebhookBudgetWait, "webhook-budget-wait", opts.WebhookBudgetWait, "How long a webhook request waits for its share of the in-flight budget before it is refused (503).")
+	fs.IntVar(&opts.WebhookMaxConnections, "webhook-max-connections", opts.WebhookMaxConnections, "Connections the webhook server holds open at most; past it new ones wait in the kernel's backlog.")
+	fs.IntVar(&opts.WebhookMaxConnectionsPerSource, "webhook-max-connections-per-source", opts.WebhookMaxConnectionsPerSource, "Connections one source address may hold open to the webhook server; past it new ones are closed at once. Raise it when every apiserver call comes through one address (a konnectivity agent, NAT).")
 	memoryRatio := fs.Float64("gomemlimit-ratio", 0.9, "Lower the Go memory limit read from GOMEMLIMIT (the chart sets it to the container's memory limit) to this fraction of it, leaving room for memory the Go runtime does not manage.")
 	gcPercent := fs.Int("gogc", memlimit.DefaultGCPercent, "Garbage-collection target percentage, what GOGC sets (which wins over this default when set): the manager's heap is mostly its caches, and below 100 the process holds less than twice its live heap.")
 	fs.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", opts.MetricsBindAddress, "Address of the HTTPS metrics endpoint (authenticated and authorized); 0 disables it.")

@@ -112,6 +112,9 @@ type Options struct {
 	WebhookInFlightBytes int64
 	// WebhookBudgetWait is how long a request waits for its share of the budget.
 	WebhookBudgetWait time.Duration
+	// WebhookMaxConnections and WebhookMaxConnectionsPerSource cap the webhook server's open
+	// connections, in all and from one source address (webhookLimits has the defaults).
+	WebhookMaxConnections, WebhookMaxConnectionsPerSource int
 	// MaxConversionBodyBytes bounds a ConversionReview, MaxAdmissionBodyBytes an
 	// AdmissionReview; 0 derives each from the budget (webhook.LimitsFor).
 	MaxConversionBodyBytes int64
@@ -156,24 +159,26 @@ type Options struct {
 // DefaultOptions are the defaults cmd/widget-manager's flags start from.
 func DefaultOptions() Options {
 	return Options{
-		Components:                ComponentsAll,
-		WebhookPort:               9443,
-		WebhookCertDir:            "/tmp/k8s-webhook-server/serving-certs",
-		WebhookCertName:           "tls.crt",
-		WebhookKeyName:            "tls.key",
-		HoldUntrustedCertificates: true,
-		CABundleInterval:          2 * time.Second,
-		WebhookBudgetWait:         5 * time.Second,
-		MetricsBindAddress:        ":8443",
-		HealthProbeBindAddress:    ":8081",
-		TLSMinVersion:             tls.VersionTLS12,
-		LeaderElection:            true,
-		LeaseDuration:             15 * time.Second,
-		RenewDeadline:             10 * time.Second,
-		RetryPeriod:               2 * time.Second,
-		DrainDelay:                10 * time.Second,
-		ConnectionDrainTimeout:    95 * time.Second,
-		GracefulShutdownTimeout:   30 * time.Second,
+		Components:                     ComponentsAll,
+		WebhookPort:                    9443,
+		WebhookCertDir:                 "/tmp/k8s-webhook-server/serving-certs",
+		WebhookCertName:                "tls.crt",
+		WebhookKeyName:                 "tls.key",
+		HoldUntrustedCertificates:      true,
+		CABundleInterval:               2 * time.Second,
+		WebhookBudgetWait:              5 * time.Second,
+		WebhookMaxConnections:          webhookLimits.MaxConns,
+		WebhookMaxConnectionsPerSource: webhookLimits.MaxConnsPerSource,
+		MetricsBindAddress:             ":8443",
+		HealthProbeBindAddress:         ":8081",
+		TLSMinVersion:                  tls.VersionTLS12,
+		LeaderElection:                 true,
+		LeaseDuration:                  15 * time.Second,
+		RenewDeadline:                  10 * time.Second,
+		RetryPeriod:                    2 * time.Second,
+		DrainDelay:                     10 * time.Second,
+		ConnectionDrainTimeout:         95 * time.Second,
+		GracefulShutdownTimeout:        30 * time.Second,
 	}
 }
 
@@ -240,7 +245,9 @@ func setupWebhookSide(log logr.Logger, cfg *rest.Config, opts Options, s *runtim
 	if err != nil {
 		return nil, nil, fmt.Errorf("register listener metrics: %w", err)
 	}
-	webhookServer := newTimedWebhookServer(opts.WebhookPort, listeners, tlsOpts, func(c *tls.Config) {
+	limits := webhookLimits
+	limits.MaxConns, limits.MaxConnsPerSource = opts.WebhookMaxConnections, opts.WebhookMaxConnectionsPerSource
+	webhookServer := newTimedWebhookServer(opts.WebhookPort, limits, listeners, tlsOpts, func(c *tls.Config) {
 		c.GetCertificate = cert.GetCertificate
 	})
 	webhookMgr, err := newWebhookManager(cfg, opts, s, cert, webhookServer)

@@ -51,6 +51,7 @@ var webhookLimits = serving.Limits{
 type timedWebhookServer struct {
 	crwebhook.Server
 	port      int
+	limits    serving.Limits
 	tlsOpts   []func(*tls.Config)
 	listeners *serving.ListenerMetrics
 	serving   atomic.Bool
@@ -109,8 +110,8 @@ func (s *timedWebhookServer) Quiesce(ctx context.Context, quiet time.Duration) i
 	}
 }
 
-func newTimedWebhookServer(port int, listeners *serving.ListenerMetrics, tlsOpts ...func(*tls.Config)) *timedWebhookServer {
-	return &timedWebhookServer{Server: crwebhook.NewServer(crwebhook.Options{Port: port}), port: port, listeners: listeners, tlsOpts: tlsOpts}
+func newTimedWebhookServer(port int, limits serving.Limits, listeners *serving.ListenerMetrics, tlsOpts ...func(*tls.Config)) *timedWebhookServer {
+	return &timedWebhookServer{Server: crwebhook.NewServer(crwebhook.Options{Port: port}), port: port, limits: limits, listeners: listeners, tlsOpts: tlsOpts}
 }
 
 // Start serves until ctx ends, then shuts down within a minute, as controller-runtime's does.
@@ -124,8 +125,8 @@ func (s *timedWebhookServer) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	listener := tls.NewListener(serving.Listen(raw, "webhook", webhookLimits, s.listeners), cfg)
-	srv := webhookLimits.Server(s.WebhookMux())
+	listener := tls.NewListener(serving.Listen(raw, "webhook", s.limits, s.listeners), cfg)
+	srv := s.limits.Server(s.WebhookMux())
 	srv.BaseContext = func(net.Listener) context.Context { return ctx }
 	srv.ConnState = s.conns.track
 	done := make(chan struct{})
@@ -138,7 +139,7 @@ func (s *timedWebhookServer) Start(ctx context.Context) error {
 			log.Error(err, "shutting down the webhook server")
 		}
 	}()
-	log.Info("serving webhooks", "port", s.port, "limits", webhookLimits)
+	log.Info("serving webhooks", "port", s.port, "limits", s.limits)
 	s.serving.Store(true)
 	err = srv.Serve(listener)
 	s.serving.Store(false)
