@@ -32,17 +32,19 @@ import (
 //   - The apiserver's headers are a few hundred bytes (a few KiB with a bearer token of its
 //     own): 16 KiB is plenty.
 //   - Connections: the apiserver opens one per request in flight to this replica, and its
-//     own in-flight limits (400 reads, 200 writes by default) bound those; a source past 256
-//     is not an apiserver, and 512 connections trickling their headers hold about 40 MiB,
-//     outside the in-flight budget, within the fifth of the memory limit it leaves.
+//     own in-flight limits (400 reads, 200 writes by default, per instance) bound those; a
+//     source past 512 is not one apiserver (where several reach us through one address, a
+//     konnectivity agent or NAT, raise --webhook-max-connections-per-source). 1024
+//     connections trickling their headers are cut off within 10 s and hold about 40 MiB
+//     meanwhile, outside the in-flight budget, within the fifth of the memory limit it leaves.
 var webhookLimits = serving.Limits{
 	ReadHeaderTimeout: 10 * time.Second,
 	ReadTimeout:       30 * time.Second,
 	WriteTimeout:      45 * time.Second,
 	IdleTimeout:       120 * time.Second,
 	MaxHeaderBytes:    16 << 10,
-	MaxConns:          512,
-	MaxConnsPerSource: 256,
+	MaxConns:          1024,
+	MaxConnsPerSource: 512,
 }
 
 // timedWebhookServer is controller-runtime's webhook server (its registration and its

@@ -116,11 +116,17 @@ func (b *InFlightBudget) Limit(path string, factor float64, maxBody int64, next 
 			pool.release(t)
 			b.inFlight.Sub(float64(charged))
 		}()
+		// The request waits for the budget at most b.wait in all, over every piece of its body:
+		// waits of a few seconds per piece would add up past the server's read timeout, and
+		// the request would fail as a slow client's rather than get the budget's 503.
+		waited := time.Duration(0)
 		grow := func(n int64) bool {
-			ctx, cancel := context.WithTimeout(r.Context(), b.wait)
+			ctx, cancel := context.WithTimeout(r.Context(), b.wait-waited)
 			defer cancel()
-			before := t.held
-			if err := pool.grow(ctx, t, n); err != nil {
+			before, start := t.held, time.Now()
+			err := pool.grow(ctx, t, n)
+			waited += time.Since(start)
+			if err != nil {
 				b.refused.WithLabelValues(path).Inc()
 				w.Header().Set("Retry-After", "1")
 				http.Error(w, fmt.Sprintf("webhook busy: requests in flight held this replica's memory budget of %d bytes for %s, and this one needs %d; "+
