@@ -54,7 +54,7 @@ fails after the pause, the pause is lifted again.`,
 			if err != nil {
 				return err
 			}
-			c, err := client.New(rc, client.Options{Scheme: scheme.New()})
+			c, err := g.NewClient(rc, scheme.New())
 			if err != nil {
 				return err
 			}

@@ -33,6 +33,7 @@ type migrateFlags struct {
 	inTreeProbeTimeout, inTreeTimeout   time.Duration
 	storageWait                         storageWaitFlags
 	dropManagedFieldsOf                 string
+	sealCheckpoints                     bool
 }
 
 // apiserverFlags name the kube-apiserver instances asked directly: by the storage-version
@@ -129,6 +130,7 @@ that keep one once VERSION is removed from the CRD.`,
 	fl.Int64Var(&f.maxErrors, "max-errors", migrate.DefaultMaxErrors, "stop after this many objects failed")
 	fl.DurationVar(&f.inTreeProbeTimeout, "in-tree-probe-timeout", migrate.DefaultInTreeProbeTimeout, "how long to wait for kube-controller-manager to pick up an in-tree migration (then auto falls back to client, in-tree fails)")
 	fl.DurationVar(&f.inTreeTimeout, "in-tree-timeout", 0, "in-tree: give up waiting after this long (0: no limit); the migration keeps running in the cluster")
+	fl.BoolVar(&f.sealCheckpoints, "seal-checkpoints", false, "mark the checkpoints as the chart's migrate hook's, so that a later run resumes from them (the chart's hook passes it; the apiserver refuses the seal from anyone else, and a checkpoint without it is followed by a full pass)")
 	fl.StringVar(&f.dropManagedFieldsOf, "drop-managed-fields-of", "", "after the migration, drop every object's managedFields entries recorded through this version, which must no longer be served (before removing it from the CRD)")
 	f.storageWait.bindAll(fl)
 	return cmd
@@ -149,7 +151,7 @@ func runMigrate(cmd *cobra.Command, g *GlobalOptions, f *migrateFlags) error {
 		return err
 	}
 	cfg.QPS, cfg.Burst = f.qps, f.burst
-	m, err := migrate.New(cfg)
+	m, err := g.NewMigrator(cfg)
 	if err != nil {
 		return err
 	}
@@ -171,7 +173,7 @@ func runMigrate(cmd *cobra.Command, g *GlobalOptions, f *migrateFlags) error {
 	}
 	progress := newProgressPrinter(g, events)
 	res, err := m.Migrate(cmd.Context(), migrate.Options{
-		CRD: f.crd, To: to, Backend: migrate.Backend(f.backend), Concurrency: f.concurrency,
+		CRD: f.crd, To: to, Backend: migrate.Backend(f.backend), Concurrency: f.concurrency, Seal: sealValue(f.sealCheckpoints),
 		PageSize: f.pageSize, StatusSubresource: f.statusSubresource, ProgressNamespace: ns, MaxErrors: f.maxErrors,
 		InTreeProbeTimeout: f.inTreeProbeTimeout, InTreeTimeout: f.inTreeTimeout,
 		Logger: logr.FromSlogHandler(events.Handler()), OnProgress: progress.update,
@@ -338,4 +340,12 @@ func newEventLogger(g *GlobalOptions) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(g.Stderr, nil))
 	}
 	return slog.New(slog.NewTextHandler(g.Stderr, nil))
+}
+
+// sealValue is the seal of the chart's migrate hook's checkpoints (migrate.KeySealedBy).
+func sealValue(seal bool) string {
+	if seal {
+		return "widgetctl migrate --seal-checkpoints"
+	}
+	return ""
 }

@@ -23,10 +23,13 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/widgetry/widget-operator/internal/gatestate"
 	"github.com/widgetry/widget-operator/internal/migrate"
 )
 
@@ -50,6 +53,12 @@ type GlobalOptions struct {
 	// what `kubectl` takes.
 	Kube   *genericclioptions.ConfigFlags
 	Output string
+	// Reason is recorded on every ConfigMap and Secret widgetctl writes (--reason; by default
+	// the command line): the chart's gate-state guard lets a cluster admin write the objects
+	// the upgrade gates trust only with a reason (internal/gatestate).
+	Reason string
+	// args are the command-line arguments, the default reason.
+	args []string
 
 	Stdout, Stderr io.Writer
 	// StderrIsTerminal decides between a progress bar and structured log lines.
@@ -95,6 +104,7 @@ Exit codes: 0 done, 1 refused (a precondition does not hold; nothing needs undoi
 	}
 	g.Kube.AddFlags(pf)
 	pf.StringVarP(&g.Output, "output", "o", OutputText, "output format: text or json")
+	pf.StringVar(&g.Reason, "reason", "", "why you write the objects the upgrade gates trust (migration progress, traffic samples, backup record, pause marker), recorded on them and in the audit log (default: this command line)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return refused(err) })
 	for _, newCommand := range Subcommands {
 		root.AddCommand(newCommand(g))
@@ -114,6 +124,39 @@ func (g *GlobalOptions) RESTConfig() (*rest.Config, error) {
 	cfg.WarningHandler = rest.NewWarningWriter(g.Stderr, rest.WarningWriterOptions{Deduplicate: true})
 	cfg.UserAgent = "widgetctl"
 	return cfg, nil
+}
+
+// NewClient is the client every command writes with: its ConfigMap and Secret writes carry
+// WriteReason (internal/gatestate).
+func (g *GlobalOptions) NewClient(rc *rest.Config, scheme *runtime.Scheme) (client.Client, error) {
+	c, err := client.New(rc, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("create a client: %w", err)
+	}
+	return gatestate.RecordingReason(c, g.WriteReason()), nil
+}
+
+// NewMigrator is the migrator every command migrates with: its progress object carries
+// WriteReason.
+func (g *GlobalOptions) NewMigrator(rc *rest.Config) (*migrate.Migrator, error) {
+	m, err := migrate.New(rc)
+	if err != nil {
+		return nil, err
+	}
+	m.RecordReason(g.WriteReason())
+	return m, nil
+}
+
+// WriteReason is --reason, or the command line that writes.
+func (g *GlobalOptions) WriteReason() string {
+	if g.Reason != "" {
+		return g.Reason
+	}
+	r := "widgetctl " + strings.Join(g.args, " ")
+	if len(r) > 512 {
+		r = r[:512]
+	}
+	return r
 }
 
 // kube returns the connection flags; tests that build GlobalOptions by hand get kubectl's
@@ -170,7 +213,7 @@ func exitCode(err error) int {
 func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	g := &GlobalOptions{Stdout: stdout, Stderr: stderr}
+	g := &GlobalOptions{Stdout: stdout, Stderr: stderr, args: args}
 	// The commands use controller-runtime's client, which logs through its global logger;
 	// left unset, it prints a warning with a stack trace after 30 seconds. Its messages are
 	// debug-level; the commands report what matters themselves.

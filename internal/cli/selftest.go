@@ -64,7 +64,7 @@ func widgetClient(g *GlobalOptions) (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(rc, client.Options{Scheme: scheme.New()})
+	return g.NewClient(rc, scheme.New())
 }
 
 // servedVersions reads which Widget versions the CRD serves.

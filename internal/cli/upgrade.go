@@ -120,7 +120,7 @@ func newEngine(ctx context.Context, g *GlobalOptions, f *upgradeFlags) (*engine,
 	if err != nil {
 		return nil, err
 	}
-	c, err := client.New(rc, client.Options{Scheme: scheme.New()})
+	c, err := g.NewClient(rc, scheme.New())
 	if err != nil {
 		return nil, fmt.Errorf("create a client: %w", err)
 	}

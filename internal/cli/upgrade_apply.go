@@ -60,7 +60,7 @@ func runStageMigration(ctx context.Context, g *GlobalOptions, crdName, progressN
 	if _, err := waitForStorageVersion(ctx, g, rc, crdName, "", wait, newEventLogger(g)); err != nil {
 		return err
 	}
-	m, err := migrate.New(rc)
+	m, err := g.NewMigrator(rc)
 	if err != nil {
 		return err
 	}

@@ -85,7 +85,7 @@ func TestCrashAndResume(t *testing.T) {
 		t.Logf("kill %d at %d objects done (%d checkpointed, next after %q)", k+1, done, p.Counts.Done(), p.LastKey)
 	}
 	before := progressObject(t, env).Counts.Done()
-	res, err := m.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, ProgressNamespace: progressNamespace, Backend: migrate.BackendClient})
+	res, err := m.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, ProgressNamespace: progressNamespace, Backend: migrate.BackendClient, Seal: testSeal})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func killInProcess(t *testing.T, m *migrate.Migrator, point int64) int64 {
 	defer cancel()
 	var done int64
 	_, err := m.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, ProgressNamespace: progressNamespace, Backend: migrate.BackendClient,
-		ProgressInterval: 5 * time.Millisecond, OnProgress: func(s migrate.Status) {
+		Seal: testSeal, ProgressInterval: 5 * time.Millisecond, OnProgress: func(s migrate.Status) {
 			if s.Counts.Done() >= point && ctx.Err() == nil {
 				done = s.Counts.Done()
 				cancel()
@@ -195,7 +195,7 @@ func TestMigrateChildProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = m.Migrate(context.Background(), migrate.Options{CRD: crd.WidgetName, ProgressNamespace: progressNamespace,
-		Backend: migrate.BackendClient, Holder: "child", ProgressInterval: 5 * time.Millisecond,
+		Backend: migrate.BackendClient, Holder: "child", Seal: testSeal, ProgressInterval: 5 * time.Millisecond,
 		OnProgress: func(s migrate.Status) { fmt.Printf("done %d\n", s.Counts.Done()) }})
 	t.Fatalf("the child migrator finished (%v) instead of being killed", err)
 }

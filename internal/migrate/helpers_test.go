@@ -43,6 +43,9 @@ import (
 const (
 	progressNamespace = "widget-system"
 	probeNamespace    = "probe"
+	// testSeal stands for the chart's migrate hook in tests that resume: only sealed
+	// checkpoints resume.
+	testSeal = "test migrate hook"
 )
 
 // startEnv boots envtest with the Widget CRD stored in v1alpha1 and creates the namespaces.

@@ -256,7 +256,7 @@ func TestTrimAbortsWhenStorageChangesMidRun(t *testing.T) {
 				storedAfterFlip = storedVersions(t, env)
 			}
 			res, err := m.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, ProgressNamespace: progressNamespace,
-				Backend: migrate.BackendClient, OnProgress: onProgress, ProgressInterval: 10 * time.Millisecond})
+				Backend: migrate.BackendClient, Seal: testSeal, OnProgress: onProgress, ProgressInterval: 10 * time.Millisecond})
 			if !flipped {
 				t.Fatalf("the migration ended (%+v, %v) before the other writer flipped the storage", res, err)
 			}
@@ -293,7 +293,7 @@ func TestTrimAbortsWhenStorageChangesMidRun(t *testing.T) {
 		}
 		log, logs := newLogger(t)
 		res, err := gm.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, ProgressNamespace: progressNamespace,
-			Backend: migrate.BackendClient, PageSize: int64(n / 5), Logger: log})
+			Backend: migrate.BackendClient, Seal: testSeal, PageSize: int64(n / 5), Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -313,7 +313,7 @@ func TestTrimAbortsWhenStorageChangesMidRun(t *testing.T) {
 
 	t.Run("a rerun under the new spec migrates and trims", func(t *testing.T) {
 		widgetenv.SetStorageVersion(t, env, "v1", probeNamespace)
-		res, err := m.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, ProgressNamespace: progressNamespace, Backend: migrate.BackendClient})
+		res, err := m.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, ProgressNamespace: progressNamespace, Backend: migrate.BackendClient, Seal: testSeal})
 		if err != nil {
 			t.Fatal(err)
 		}

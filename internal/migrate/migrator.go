@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/widgetry/widget-operator/internal/gatestate"
 	"github.com/widgetry/widget-operator/internal/scheme"
 )
 
@@ -94,6 +95,11 @@ type Options struct {
 	ProgressInterval time.Duration
 	// Logger receives structured events (resume, fall back, 410 restart, trim...).
 	Logger logr.Logger
+	// Seal marks this run's checkpoints as the chart's migrate hook's (KeySealedBy), so that a
+	// later run may resume from them. Only the hook's ServiceAccount may write the key (the
+	// chart's gate-state guard); a run by hand leaves it empty, and its checkpoints resume
+	// nothing: an interrupted run by hand is followed by a full pass.
+	Seal string
 	// NoTrim leaves status.storedVersions alone after a client migration (for callers that
 	// trim themselves, and for benchmarks).
 	NoTrim bool
@@ -141,6 +147,11 @@ type Migrator struct {
 	meta metadata.Interface
 	disc discovery.DiscoveryInterface
 }
+
+// RecordReason makes every ConfigMap and Secret the Migrator writes (its progress object)
+// carry reason in the guard's annotation (internal/gatestate): a run by hand passes the
+// chart's gate-state guard only so.
+func (m *Migrator) RecordReason(reason string) { m.c = gatestate.RecordingReason(m.c, reason) }
 
 // New builds a Migrator. cfg's QPS and Burst apply to all its requests; leave them at zero
 // for client-go's defaults (5/10), which are far too low for migration: set DefaultQPS and
@@ -224,11 +235,12 @@ func (m *Migrator) Migrate(ctx context.Context, opts Options) (*Result, error) {
 		CRD: opts.CRD, Group: t.crd.Spec.Group, Resource: t.crd.Spec.Names.Plural,
 		StorageVersion: t.storage, CRDGeneration: t.generation, CRDUID: t.uid, StoredVersionsAtStart: t.storedAtStart,
 		Phase: PhaseRunning, Holder: opts.Holder, StartTime: time.Now(), LastProgressTime: time.Now(), Attempts: 1,
+		SealedBy: opts.Seal,
 	}
 	if resume {
 		// The trim check compares with the CRD as it was when the migration first started.
 		p = prev
-		p.Phase, p.Holder, p.Message, p.CompletionTime = PhaseRunning, opts.Holder, "", time.Time{}
+		p.Phase, p.Holder, p.Message, p.CompletionTime, p.SealedBy = PhaseRunning, opts.Holder, "", time.Time{}, opts.Seal
 		p.Attempts++
 		log.Info("resuming the earlier migration from its last checkpoint", "previousHolder", prev.Holder,
 			"backend", prev.Backend, "done", prev.Counts.Done(), "lastKey", prev.LastKey,
@@ -244,10 +256,14 @@ func (m *Migrator) Migrate(ctx context.Context, opts Options) (*Result, error) {
 // too), storage version and generation (any spec change may have moved the storage version
 // and back, so a partial run before it proves nothing). A checkpoint without the uid (written
 // by hand, or by an older widgetctl) never resumes: a full pass is always safe, a skip is not.
+// Nor does one without the seal (KeySealedBy) only the chart's migrate hook can write.
 func canResume(p Progress, t *target) bool {
 	return (p.Phase == PhaseRunning || p.Phase == PhaseFailed) && p.StorageVersion == t.storage && p.CRDGeneration == t.generation &&
-		p.CRDUID != "" && p.CRDUID == t.uid
+		p.CRDUID != "" && p.CRDUID == t.uid && (p.SealedBy != "" || !requireSeal)
 }
+
+// requireSeal is false only in tests that show what the seal prevents (export_test.go).
+var requireSeal = true
 
 func withDefaults(o Options) Options {
 	if o.Backend == "" {

@@ -42,6 +42,7 @@ const (
 	KeyStorageVersion          = "storageVersion"          // the version objects are re-encoded in
 	KeyCRDGeneration           = "crdGeneration"           // CRD metadata.generation when the run started
 	KeyCRDUID                  = "crdUID"                  // CRD metadata.uid when the run started
+	KeySealedBy                = "sealedBy"                // set by the chart's migrate hook only (Options.Seal); the apiserver refuses it from anyone else
 	KeyStoredVersionsAtStart   = "storedVersionsAtStart"   // comma-separated status.storedVersions at start
 	KeyBackend                 = "backend"                 // client or in-tree
 	KeyPhase                   = "phase"                   // Running, Succeeded or Failed
@@ -110,10 +111,14 @@ func (c *Counts) add(o Counts) {
 
 // Progress is the decoded progress object.
 type Progress struct {
-	CRD, Group, Resource    string
-	StorageVersion          string
-	CRDGeneration           int64
-	CRDUID                  string
+	CRD, Group, Resource string
+	StorageVersion       string
+	CRDGeneration        int64
+	CRDUID               string
+	// SealedBy is set only in checkpoints the chart's migrate hook wrote (Options.Seal): the
+	// chart's gate-state guard refuses the key from any other writer, so a checkpoint without
+	// it (forged, edited by hand, or written by a run by hand) is never resumed.
+	SealedBy                string
 	StoredVersionsAtStart   []string
 	Backend                 string
 	Phase                   string
@@ -145,6 +150,7 @@ func DecodeProgress(cm *corev1.ConfigMap) Progress {
 		StorageVersion:        d[KeyStorageVersion],
 		CRDGeneration:         num(KeyCRDGeneration),
 		CRDUID:                d[KeyCRDUID],
+		SealedBy:              d[KeySealedBy],
 		StoredVersionsAtStart: stored,
 		Backend:               d[KeyBackend],
 		Phase:                 d[KeyPhase],
@@ -177,6 +183,7 @@ func (p *Progress) encode() map[string]string {
 		KeyStorageVersion:          p.StorageVersion,
 		KeyCRDGeneration:           itoa(p.CRDGeneration),
 		KeyCRDUID:                  p.CRDUID,
+		KeySealedBy:                p.SealedBy,
 		KeyStoredVersionsAtStart:   strings.Join(p.StoredVersionsAtStart, ","),
 		KeyBackend:                 p.Backend,
 		KeyPhase:                   p.Phase,

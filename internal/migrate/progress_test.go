@@ -92,15 +92,18 @@ func TestCanResume(t *testing.T) {
 		p    Progress
 		want bool
 	}{
-		{Progress{Phase: PhaseRunning, StorageVersion: "v1", CRDGeneration: 3, CRDUID: "u1"}, true},
-		{Progress{Phase: PhaseFailed, StorageVersion: "v1", CRDGeneration: 3, CRDUID: "u1"}, true},
-		{Progress{Phase: PhaseSucceeded, StorageVersion: "v1", CRDGeneration: 3, CRDUID: "u1"}, false},
-		{Progress{Phase: PhaseRunning, StorageVersion: "v1alpha1", CRDGeneration: 3, CRDUID: "u1"}, false},
-		{Progress{Phase: PhaseRunning, StorageVersion: "v1", CRDGeneration: 2, CRDUID: "u1"}, false},
+		{Progress{Phase: PhaseRunning, StorageVersion: "v1", CRDGeneration: 3, CRDUID: "u1", SealedBy: "hook"}, true},
+		{Progress{Phase: PhaseFailed, StorageVersion: "v1", CRDGeneration: 3, CRDUID: "u1", SealedBy: "hook"}, true},
+		{Progress{Phase: PhaseSucceeded, StorageVersion: "v1", CRDGeneration: 3, CRDUID: "u1", SealedBy: "hook"}, false},
+		{Progress{Phase: PhaseRunning, StorageVersion: "v1alpha1", CRDGeneration: 3, CRDUID: "u1", SealedBy: "hook"}, false},
+		{Progress{Phase: PhaseRunning, StorageVersion: "v1", CRDGeneration: 2, CRDUID: "u1", SealedBy: "hook"}, false},
 		// The CRD was deleted and created again: same generation, another uid.
-		{Progress{Phase: PhaseRunning, StorageVersion: "v1", CRDGeneration: 3, CRDUID: "u0"}, false},
+		{Progress{Phase: PhaseRunning, StorageVersion: "v1", CRDGeneration: 3, CRDUID: "u0", SealedBy: "hook"}, false},
 		// A checkpoint without the uid (by hand, or forged): a full pass.
-		{Progress{Phase: PhaseRunning, StorageVersion: "v1", CRDGeneration: 3, LastKey: "~"}, false},
+		{Progress{Phase: PhaseRunning, StorageVersion: "v1", CRDGeneration: 3, LastKey: "~", SealedBy: "hook"}, false},
+		// Everything matches but the seal only the chart's migrate hook may write: a checkpoint
+		// a cluster admin forged, or one a run by hand left. A full pass.
+		{Progress{Phase: PhaseRunning, StorageVersion: "v1", CRDGeneration: 3, CRDUID: "u1", LastKey: "~"}, false},
 	} {
 		if got := canResume(tc.p, tg); got != tc.want {
 			t.Errorf("canResume(%+v) = %v, want %v", tc.p, got, tc.want)

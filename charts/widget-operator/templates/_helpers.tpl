@@ -302,6 +302,9 @@ containers:
     imagePullPolicy: {{ $root.Values.image.pullPolicy }}
     command: ["/widgetctl"]
     args:
+      # The reason recorded on every ConfigMap it writes (internal/gatestate): which hook of
+      # which revision wrote it.
+      - {{ printf "--reason=helm hook %s of release %s, revision %d" .name $root.Release.Name $root.Release.Revision | quote }}
       {{- range .args }}
       - {{ . | quote }}
       {{- end }}
