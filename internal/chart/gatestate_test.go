@@ -130,7 +130,7 @@ func (g *gateEnv) install() {
 		err := g.write(editorUser, g.configMap(migrate.ProgressObjectName(crd.WidgetName), "", map[string]string{"phase": "Running"}))
 		g.cleanup(migrate.ProgressObjectName(crd.WidgetName))
 		if !g.refusedBy(err, gateGuard) {
-			return fmt.Errorf("not refused yet: %v", err)
+			return fmt.Errorf("not refused yet: %w", err)
 		}
 		return nil
 	})

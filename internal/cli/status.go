@@ -23,12 +23,14 @@ var errCausesFound = errors.New("status found causes to act on (listed above, ea
 // NewStatusCommand builds `widgetctl status`, on call's one view of a release.
 func NewStatusCommand(g *GlobalOptions) *cobra.Command {
 	var release string
+	var helmStorage bool
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "One view of the release: Helm revision and stage, the CRD's stage, Certificates, caBundles against the served certificates, replicas, leader, migration, pause, conversion",
 		Long: `status reads, through the apiserver only (a kubeconfig is enough, no cluster DNS or
-port-forward): the Helm release (written by Helm 3 or Helm 4) with its apiUpgrade.stage value and
-hook results, the stage the CRD is actually at and any drift between the two, cert-manager's
+port-forward): the release (the revision applied, its chart and apiUpgrade.stage value, from the
+release-info ConfigMap the chart renders, and its failed or running hook Jobs; with --helm-storage,
+Helm's own records, written by Helm 3 or Helm 4), the stage the CRD is actually at and any drift between the two, cert-manager's
 Certificates, the caBundles of the CRD and both webhook configurations against the certificate
 each replica serves (asked through the apiserver's pod proxy), replicas and leader, the storage
 migration's progress, the pause marker, and the conversion path (a ConversionReview through the
@@ -58,7 +60,7 @@ Exit codes: 0 nothing wrong, 1 causes found (each listed with its runbook), 2 co
 				return err
 			}
 			r, err := releasestatus.Gather(ctx, releasestatus.Options{Client: c, Clientset: cs, REST: rc, Namespace: ns.Namespace,
-				Release: release, HelmDriver: os.Getenv("HELM_DRIVER")})
+				Release: release, HelmStorage: helmStorage, HelmDriver: os.Getenv("HELM_DRIVER")})
 			if err != nil {
 				return err
 			}
@@ -76,6 +78,8 @@ Exit codes: 0 nothing wrong, 1 causes found (each listed with its runbook), 2 co
 		},
 	}
 	cmd.Flags().StringVar(&release, "release", "", "Helm release name (default: the release that installed the Widget CRD)")
+	cmd.Flags().BoolVar(&helmStorage, "helm-storage", false, "read the release from Helm's own records (HELM_DRIVER: secret or configmap) for its status, description and every hook's last run; "+
+		"needs list on Secrets in the release namespace, which shows every Secret there, the CA's private key among them")
 	return cmd
 }
 
@@ -90,10 +94,14 @@ func printReleaseStatus(w io.Writer, r *releasestatus.Report, ns namespaceFound)
 	}
 	fmt.Fprintf(tw, "Namespace\t%s (from %s)\n", r.Namespace, ns.Source)
 	if rel := r.Release; rel != nil {
-		fmt.Fprintf(tw, "Release\t%s revision %d, %s (%s), chart %s-%s, app %s, updated %s\n", rel.Name, rel.Revision, rel.Status, rel.Description,
-			rel.Chart, rel.ChartVersion, rel.AppVersion, rel.Updated.UTC().Format(time.RFC3339))
+		fmt.Fprintf(tw, "Release\t%s revision %d, %s (%s), chart %s-%s, app %s, updated %s, read from %s\n", rel.Name, rel.Revision, rel.Status, rel.Description,
+			rel.Chart, rel.ChartVersion, rel.AppVersion, rel.Updated.UTC().Format(time.RFC3339), rel.Source)
 		for _, h := range rel.Hooks {
-			fmt.Fprintf(tw, "  hook %s\t%s %s: %s (started %s, completed %s)\n", h.Name, h.Kind, strings.Join(h.Events, ","), orDefault(h.Phase, "not run"), ts(h.StartedAt), ts(h.CompletedAt))
+			of := ""
+			if h.Revision != 0 {
+				of = fmt.Sprintf(" of revision %d", h.Revision)
+			}
+			fmt.Fprintf(tw, "  hook %s\t%s %s%s: %s (started %s, completed %s)\n", h.Name, h.Kind, strings.Join(h.Events, ","), of, orDefault(h.Phase, "not run"), ts(h.StartedAt), ts(h.CompletedAt))
 		}
 	} else {
 		fmt.Fprintf(tw, "Release\tunreadable: %s\n", r.ReleaseError)

@@ -108,6 +108,12 @@ func TestOnCallFromALaptop(t *testing.T) {
 	helm("helm4", "upgrade", release, chart, "--reset-then-reuse-values", "--set", "apiUpgrade.stage=add-version", "--wait", "--timeout", "10m")
 	r := laptopStatus(t, l, 0)
 	healthy(t, r, ns, 2, crd.StageAddVersion)
+	if r.Release.Source != releasestatus.SourceReleaseInfo {
+		t.Fatalf("status read the release from %q, want %q (no Secret read)", r.Release.Source, releasestatus.SourceReleaseInfo)
+	}
+	// Helm's own records (Secrets, opt-in) keep every hook's last run, the succeeded ones too.
+	r = laptopStatus(t, l, 0, "--helm-storage")
+	healthy(t, r, ns, 2, crd.StageAddVersion)
 	hooks := 0
 	for _, h := range r.Release.Hooks {
 		if h.Phase == "Succeeded" {

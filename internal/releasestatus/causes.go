@@ -91,8 +91,14 @@ func causes(r *Report, o Options) []Cause {
 			add("runbooks/upgrade/README.md", "Helm release %s revision %d is %s: %s", rel.Name, rel.Revision, rel.Status, rel.Description)
 		}
 		for _, h := range rel.Hooks {
-			if h.Phase == "Failed" {
-				add("runbooks/upgrade/README.md", "hook %s %s of revision %d failed (kubectl -n %s logs job/%s)", h.Kind, h.Name, rel.Revision, r.Namespace, h.Name)
+			rev := rel.Revision
+			if h.Revision != 0 {
+				rev = h.Revision
+			}
+			// A failed hook of an older revision than the applied one is kept for its log; the
+			// release has moved past it.
+			if h.Phase == "Failed" && rev >= rel.Revision {
+				add("runbooks/upgrade/README.md", "hook %s %s of revision %d failed (kubectl -n %s logs job/%s)", h.Kind, h.Name, rev, r.Namespace, h.Name)
 			}
 		}
 	} else if r.ReleaseError != "" {

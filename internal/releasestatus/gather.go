@@ -12,6 +12,7 @@ import (
 	"time"
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	"helm.sh/helm/v4/pkg/storage"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -55,9 +56,13 @@ type Options struct {
 	Namespace string
 	// Release names the Helm release; empty: the CRD's release, else the one release of the
 	// chart in Namespace.
-	Release    string
-	HelmDriver string
-	Now        time.Time
+	Release string
+	// HelmStorage reads the release from Helm's own records (HelmDriver: secret, the default,
+	// or configmap), which needs list on Secrets in Namespace; otherwise from the release-info
+	// ConfigMap and the hook Jobs, which `view` reads.
+	HelmStorage bool
+	HelmDriver  string
+	Now         time.Time
 	// RenewalGrace is how long after its renewal time a Certificate counts as overdue.
 	RenewalGrace time.Duration
 	// StallAfter is how long a running migration may make no progress.
@@ -87,9 +92,14 @@ func Gather(ctx context.Context, o Options) (*Report, error) {
 		o.Release = live.Annotations[helmReleaseNameAnnotation]
 	}
 
-	st, err := releaseStorage(o.Clientset, o.Namespace, o.HelmDriver)
-	if err == nil {
-		r.Release, err = readRelease(st, o.Release)
+	var err error
+	if o.HelmStorage {
+		var st *storage.Storage
+		if st, err = releaseStorage(o.Clientset, o.Namespace, o.HelmDriver); err == nil {
+			r.Release, err = readRelease(st, o.Release)
+		}
+	} else {
+		r.Release, err = readReleaseInfo(ctx, o.Client, o.Namespace, o.Release)
 	}
 	if err != nil {
 		r.ReleaseError = err.Error()

@@ -29,8 +29,13 @@ type Release struct {
 	// Stage is the apiUpgrade.stage value the revision was rendered with (the user's value
 	// over the chart's default).
 	Stage string `json:"stage"`
-	// Hooks are the last run of each hook of the revision.
+	// Hooks are the last run of each hook of the revision (from Helm's records), or the hook
+	// Jobs still in the namespace (from the release-info ConfigMap: a succeeded hook's Job is
+	// deleted, so only failed and running ones are seen).
 	Hooks []Hook `json:"hooks,omitempty"`
+	// Source says what the release was read from: SourceReleaseInfo (the default, no Secret
+	// read) or SourceHelmStorage (--helm-storage).
+	Source string `json:"source"`
 }
 
 // Hook is one hook's last run.
@@ -41,6 +46,8 @@ type Hook struct {
 	Phase       string     `json:"phase"`
 	StartedAt   *time.Time `json:"startedAt,omitempty"`
 	CompletedAt *time.Time `json:"completedAt,omitempty"`
+	// Revision is the revision the hook ran for, when read from its Job.
+	Revision int `json:"revision,omitempty"`
 }
 
 // releaseStorage is Helm's storage of namespace's releases for the driver Helm uses
@@ -84,7 +91,7 @@ func readRelease(st *storage.Storage, name string) (*Release, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &Release{Name: rel.Name, Namespace: rel.Namespace, Revision: rel.Version, Stage: stageValue(rel)}
+	out := &Release{Name: rel.Name, Namespace: rel.Namespace, Revision: rel.Version, Stage: stageValue(rel), Source: SourceHelmStorage}
 	if rel.Info != nil {
 		out.Status, out.Description, out.Updated = string(rel.Info.Status), rel.Info.Description, rel.Info.LastDeployed
 	}

@@ -108,6 +108,18 @@ line indented by "indent". Arguments: dict "root" $ "indent" N.
 {{- printf "%s-hooks" (include "widget-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The ConfigMap that tells `kubectl widget status` which revision is applied. */}}
+{{- define "widget-operator.releaseInfoName" -}}
+{{- printf "%s-release-info" (include "widget-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of a hook Job: the revision that ran it, which status compares with release-info. */}}
+{{- define "widget-operator.hookJobLabels" -}}
+{{ include "widget-operator.labels" . }}
+app.kubernetes.io/component: hooks
+widgetry.io/release-revision: {{ .Release.Revision | quote }}
+{{- end }}
+
 {{- define "widget-operator.caBundleSecretName" -}}
 {{- printf "%s-ca-bundle" (include "widget-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
