@@ -8,6 +8,12 @@ import (
 // DataAnnotation holds, on a spoke object, the hub fields the spoke cannot represent.
 const DataAnnotation = "widgetry.io/conversion-data"
 
+// DegradedAnnotation marks a Widget the conversion webhook converted without data it could not
+// use (a conversion-data annotation that does not parse, written past admission), naming the
+// reason: the object was read, not refused, so that one object cannot fail a whole LIST, and
+// this says that its v1-only fields were not restored. A repair removes it.
+const DegradedAnnotation = "widgetry.io/conversion-degraded"
+
 // RestoreData is what the annotation carries: hub fragments the spoke cannot hold.
 // Its zero value means there is nothing to restore.
 type RestoreData struct {

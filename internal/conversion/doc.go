@@ -22,9 +22,10 @@
 //   - is written on the spoke only when it holds something, and removed when it no longer
 //     does (an object that had no annotations gets none back, not an empty map);
 //   - is removed by conversion to the hub: its content is back in the v1 fields there;
-//   - must hold the JSON this package writes: anything else is an error (the webhook's
-//     InvalidConversionData), never ignored, since ignoring it would silently drop a paused
-//     flag.
+//   - must hold the JSON this package writes: anything else is an error here, never ignored,
+//     since ignoring it would silently drop a paused flag. The webhook, which must not fail a
+//     whole LIST for one object, converts such an object without it and marks it
+//     (DegradedAnnotation, reason InvalidConversionData), so that the loss is visible.
 //
 // # The rules, field by field
 //

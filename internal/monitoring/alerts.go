@@ -36,6 +36,7 @@ const (
 	AlertOperatorPanics                   = "WidgetOperatorPanics"
 	AlertWorkQueueStuck                   = "WidgetWorkQueueStuck"
 	AlertAPIClientErrors                  = "WidgetAPIClientErrors"
+	AlertConversionDegraded               = "WidgetConversionDegraded"
 )
 
 // Severities, as kubernetes-mixin uses them: critical pages, warning is looked at in working
@@ -393,6 +394,16 @@ sum by (namespace, job) (increase(widget_controller_failures_total{job="{{job}}"
 			dur:  "5m", severity: SeverityWarning,
 			summary:     "The webhooks refuse requests to stay inside their memory budget.",
 			description: "Replicas of job {{ $labels.job }} in namespace {{ $labels.namespace }} refused {{ $value | humanize }} webhook requests in 5 minutes with HTTP 503 because the requests in flight held their whole memory budget (widget_webhook_inflight_bytes at widget_webhook_inflight_budget_bytes). The refused Widget reads and writes failed: large LISTs through the other version, or a client flooding the webhooks.",
+		}, {
+			name: AlertConversionDegraded,
+			// Each degraded conversion is a read that succeeded with less than the object
+			// holds (its v1-only fields not restored): nothing fails, so nothing else shows
+			// it, and a write of the object through v1 would store the loss. Even one matters.
+			expr:     `sum by (namespace, job, reason) (increase(widget_conversion_degraded_total{job="{{job}}"}[10m])) > 0`,
+			severity: SeverityWarning,
+			summary:  "Widgets were converted without data they hold.",
+			description: "Replicas of job {{ $labels.job }} in namespace {{ $labels.namespace }} converted {{ $value | humanize }} Widgets without data they hold ({{ $labels.reason }}: a conversion-data annotation that does not parse, written past admission) in the last 10 minutes, instead of failing every LIST and watch that holds them. " +
+				"Each was returned marked with the annotation widgetry.io/conversion-degraded; its spec.paused and exact spec.timeout were not restored.",
 		}, {
 			name: AlertControllerPaused,
 			// The uninstall hook pauses the controller for seconds; a marker that stays means a

@@ -279,7 +279,7 @@ func webhooks() dashboardSpec {
 				},
 			}, {
 				kind: kindTimeseries, title: "Conversion failures by reason", unit: units.RequestsPerSecond, min: zero(), w: 12, h: 8,
-				desc:    "Failed ConversionReview requests per second by reason (MalformedRequest, UnsupportedVersion, InvalidConversionData, ConversionFailed, …). ConversionFailed usually names one object in the manager's log.",
+				desc:    "Failed ConversionReview requests per second by reason (MalformedRequest, UnsupportedVersion, ConversionFailed, …). ConversionFailed usually names one object in the manager's log.",
 				steps:   []step{base(green)},
 				queries: []query{{expr: `sum by (reason) (rate(widget_conversion_failures_total{` + mgr + `}[` + rateWindow + `]))`, legend: "{{reason}}"}},
 			}},

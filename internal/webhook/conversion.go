@@ -128,6 +128,10 @@ func (h *ConversionHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		h.Metrics.objects(from, to, c.count)
 	}
+	if n := c.degraded.Load(); n > 0 {
+		h.Metrics.degradedObjects(reasonInvalidData, n)
+		h.Log.degraded(n, c.degradedSample, "uid", review.uid, "desired", review.desired, "reason", reasonInvalidData)
+	}
 	h.Metrics.request(from, to, result, time.Since(start))
 	writeResponse(w, review.uid, c, convErr)
 }
@@ -271,6 +275,24 @@ type converter struct {
 	// rejected is a failure found while decoding (an element that is not an object, too
 	// many objects, an unsupported desired version), after every batch before it.
 	rejected *conversionError
+	// degraded counts the objects converted without data they held but could not be used;
+	// degradedSample names the first few, for the log.
+	degraded       atomic.Int64
+	degradedMu     sync.Mutex
+	degradedSample []string
+}
+
+// maxDegradedSample bounds the objects one review's log line names.
+const maxDegradedSample = 5
+
+// noteDegraded records that object raw was converted without data it could not use.
+func (c *converter) noteDegraded(raw []byte, why string) {
+	if c.degraded.Add(1) > maxDegradedSample {
+		return
+	}
+	c.degradedMu.Lock()
+	c.degradedSample = append(c.degradedSample, describeObject(raw)+": "+why)
+	c.degradedMu.Unlock()
 }
 
 // batch is a run of consecutive objects and, once converted, their JSON.
@@ -429,6 +451,10 @@ func (c *converter) convert(b *batch, scratch *objectWriter) {
 			b.err = err
 			c.failed.Store(true)
 			return
+		}
+		if scratch.degraded != "" {
+			c.noteDegraded(c.object(b, i), scratch.degraded)
+			scratch.degraded = ""
 		}
 		b.from = mergeFrom(b.from, version, i == 0)
 		converted := scratch.Bytes()

@@ -20,12 +20,13 @@ const (
 
 	reasonMalformed          = "MalformedRequest"
 	reasonUnsupportedVersion = "UnsupportedVersion"
-	reasonInvalidData        = "InvalidConversionData"
-	reasonConversionFailed   = "ConversionFailed"
-	reasonMethodNotAllowed   = "MethodNotAllowed"
-	reasonMediaType          = "UnsupportedMediaType"
-	reasonBodyTooLarge       = "BodyTooLarge"
-	reasonPanic              = "Panic"
+	// reasonInvalidData is a degradation, not a failure: widget_conversion_degraded_total.
+	reasonInvalidData      = "InvalidConversionData"
+	reasonConversionFailed = "ConversionFailed"
+	reasonMethodNotAllowed = "MethodNotAllowed"
+	reasonMediaType        = "UnsupportedMediaType"
+	reasonBodyTooLarge     = "BodyTooLarge"
+	reasonPanic            = "Panic"
 )
 
 // ConversionMetrics are the widget_conversion_* metrics. A nil *ConversionMetrics records
@@ -35,6 +36,7 @@ type ConversionMetrics struct {
 	converted *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
 	failures  *prometheus.CounterVec
+	degraded  *prometheus.CounterVec
 	panics    prometheus.Counter
 }
 
@@ -59,22 +61,27 @@ func NewConversionMetrics(reg prometheus.Registerer) (*ConversionMetrics, error)
 			Name: "widget_conversion_failures_total",
 			Help: "ConversionReview requests that did not succeed, by reason.",
 		}, []string{"reason"}),
+		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "widget_conversion_degraded_total",
+			Help: "Widgets converted without data they held but the webhook could not use (InvalidConversionData: a conversion-data annotation that does not parse), by reason: each was returned marked with the annotation widgetry.io/conversion-degraded instead of failing its whole review.",
+		}, []string{"reason"}),
 		panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "widget_conversion_panics_total",
 			Help: "Panics recovered while converting (a bug): each failed its review, and the server went on.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.converted, m.duration, m.failures, m.panics} {
+	for _, c := range []prometheus.Collector{m.requests, m.converted, m.duration, m.failures, m.degraded, m.panics} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	// Every reason starts at 0, so a rate over the failures shows 0 (not "no data") on a healthy
 	// replica, and the first failure's increase is seen from its first sample.
-	for _, reason := range []string{reasonMalformed, reasonUnsupportedVersion, reasonInvalidData, reasonConversionFailed,
+	for _, reason := range []string{reasonMalformed, reasonUnsupportedVersion, reasonConversionFailed,
 		reasonMethodNotAllowed, reasonMediaType, reasonBodyTooLarge, reasonPanic} {
 		m.failures.WithLabelValues(reason)
 	}
+	m.degraded.WithLabelValues(reasonInvalidData)
 	return m, nil
 }
 
@@ -91,6 +98,13 @@ func (m *ConversionMetrics) objects(from, to string, n int) {
 		return
 	}
 	m.converted.WithLabelValues(from, to).Add(float64(n))
+}
+
+func (m *ConversionMetrics) degradedObjects(reason string, n int64) {
+	if m == nil {
+		return
+	}
+	m.degraded.WithLabelValues(reason).Add(float64(n))
 }
 
 func (m *ConversionMetrics) failure(reason string) {
@@ -117,12 +131,8 @@ func failureReasonFor(status int) string {
 
 func reasonFor(err error) string {
 	var malformed errMalformed
-	var invalid errInvalidData
-	switch {
-	case errors.As(err, &malformed):
+	if errors.As(err, &malformed) {
 		return reasonMalformed
-	case errors.As(err, &invalid):
-		return reasonInvalidData
 	}
 	return reasonConversionFailed
 }

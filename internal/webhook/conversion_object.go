@@ -71,6 +71,9 @@ type objectWriter struct {
 	endpoints map[string]v1.EndpointSpec
 	// splice holds a rewritten metadata until the object is written.
 	splice spliceBuffers
+	// degraded is why the last object was converted without data it could not use ("": it
+	// was not); the converter counts and logs it.
+	degraded string
 }
 
 // spliceBuffers are what rewriting an object's metadata writes into, reused from object to
@@ -179,10 +182,20 @@ func specToHub(rawSpec, metadata []byte, scratch *objectWriter) (*v1.WidgetSpec,
 		}
 		if value != nil {
 			if data, err = conversion.ParseRestoreData(*value); err != nil {
-				return nil, nil, errInvalidData{err}
-			}
-			// The hub holds the data in its spec: the annotation goes.
-			if metadata, err = setDataAnnotation(metadata, conversion.RestoreData{}, &scratch.splice); err != nil {
+				// Failing here would fail the whole review: every LIST and watch through v1,
+				// the controller's and the garbage collector's among them, for one object
+				// whose annotation was written past admission. Convert what the spoke holds
+				// (data zero: not paused, the timeout in whole seconds), keep the annotation
+				// as it came, so nothing is lost, and mark the object so that a reader sees it.
+				scratch.degraded = err.Error()
+				mark := fmt.Sprintf("%s: %v; converted without it (spec.paused false, spec.timeout in whole seconds); see runbooks/alerts/WidgetConversionDegraded.md",
+					reasonInvalidData, err)
+				if metadata, err = setAnnotation(metadata, conversion.DegradedAnnotation, &mark, &scratch.splice); err != nil {
+					return nil, nil, err
+				}
+				data = conversion.RestoreData{}
+			} else if metadata, err = setDataAnnotation(metadata, conversion.RestoreData{}, &scratch.splice); err != nil {
+				// (The hub holds the data in its spec: the annotation goes.)
 				return nil, nil, err
 			}
 		}
@@ -288,26 +301,45 @@ func dataAnnotation(metadata []byte) (*string, error) {
 }
 
 // setDataAnnotation sets the conversion-data annotation to d, or removes it when d is zero
-// (and annotations with it when none is left, so an object that had none gets none back). It
-// splices: every other annotation and metadata member stays the bytes it came as, in its
-// place. The result is in bufs.metadata, valid until the next call with bufs.
+// (and annotations with it when none is left, so an object that had none gets none back). The
+// result is in bufs.metadata, valid until the next call with bufs.
 func setDataAnnotation(metadata []byte, d conversion.RestoreData, bufs *spliceBuffers) ([]byte, error) {
+	if d.IsZero() {
+		return setAnnotation(metadata, conversion.DataAnnotation, nil, bufs)
+	}
+	value := d.Marshal()
+	return setAnnotation(metadata, conversion.DataAnnotation, &value, bufs)
+}
+
+// setAnnotation sets annotation key to value, or removes it when value is nil (and annotations
+// with it when none is left). It splices: every other annotation and metadata member stays
+// the bytes it came as, in its place. The result is in bufs.metadata, valid until the next
+// call with bufs.
+func setAnnotation(metadata []byte, key string, value *string, bufs *spliceBuffers) ([]byte, error) {
 	annotations, err := annotationsOf(metadata)
 	if err != nil {
 		return nil, err
 	}
 	if hasEscapes(annotations) {
-		// A key written with escapes could be the data annotation's: decode them all.
+		// A key written with escapes could be key: decode them all.
 		var m map[string]string
 		if err := json.Unmarshal(annotations, &m); err != nil {
 			return nil, errMalformed{fmt.Errorf("metadata.annotations: %w", err)}
 		}
-		encoded, err := json.Marshal(conversion.WithRestoreData(m, d))
+		if value != nil {
+			m[key] = *value
+		} else if _, had := m[key]; had {
+			if delete(m, key); len(m) == 0 {
+				m = nil
+			}
+		}
+		encoded, err := json.Marshal(m)
 		if err != nil {
 			return nil, err
 		}
 		return bufs.replaceAnnotations(metadata, encoded)
 	}
+	quotedKey := strconv.Quote(key)
 	out := append(bufs.annotations[:0], '{')
 	defer func() { bufs.annotations = out[:0] }() // keeps what it has grown to
 	add := func(member []byte) {
@@ -318,7 +350,7 @@ func setDataAnnotation(metadata []byte, d conversion.RestoreData, bufs *spliceBu
 	}
 	if annotations != nil {
 		if err := eachMember(annotations, func(m member) bool {
-			if string(m.key) != dataKey {
+			if string(m.key) != quotedKey {
 				add(annotations[m.start:m.end])
 			}
 			return true
@@ -326,12 +358,12 @@ func setDataAnnotation(metadata []byte, d conversion.RestoreData, bufs *spliceBu
 			return nil, errMalformed{fmt.Errorf("metadata.annotations: %w", err)}
 		}
 	}
-	if !d.IsZero() {
-		value, err := json.Marshal(d.Marshal())
+	if value != nil {
+		encoded, err := json.Marshal(*value)
 		if err != nil {
 			return nil, err
 		}
-		add(append(append([]byte(dataKey), ':'), value...))
+		add(append(append([]byte(quotedKey), ':'), encoded...))
 	}
 	if len(out) == 1 {
 		return bufs.replaceAnnotations(metadata, nil)
@@ -407,7 +439,3 @@ func (b *spliceBuffers) replaceAnnotations(metadata, encoded []byte) ([]byte, er
 type errMalformed struct{ error }
 
 func (e errMalformed) Unwrap() error { return e.error }
-
-type errInvalidData struct{ error }
-
-func (e errInvalidData) Unwrap() error { return e.error }

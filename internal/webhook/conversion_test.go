@@ -481,3 +481,53 @@ func TestConvertInPlaceMatchesOneByOne(t *testing.T) {
 		t.Fatalf("a malformed object after %d converted ones: %+v", batchObjects-1, failed)
 	}
 }
+
+// TestUndecodableDataDegradesOneObjectOnly: in a review large enough for several workers,
+// objects whose conversion-data annotation does not parse are converted without it and
+// marked, the annotation kept as it came, and counted; every other object converts as it
+// would alone, and the review succeeds.
+func TestUndecodableDataDegradesOneObjectOnly(t *testing.T) {
+	objs := make([]any, 1000)
+	for i := range objs {
+		objs[i] = conversiontest.RealisticWidget("ns", i)
+	}
+	broken := func(name, value string) string {
+		v, _ := json.Marshal(value)
+		return `{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"` + name + `","namespace":"ns","annotations":{"a":"b","` +
+			conversion.DataAnnotation + `":` + string(v) + `}},"spec":{"image":"i","timeoutSeconds":3}}`
+	}
+	objs[10] = broken("broken-a", `{"paused":tru`)
+	objs[900] = broken("broken-b", `not json`)
+	reg := prometheus.NewRegistry()
+	m, err := NewConversionMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, review := post(t, &ConversionHandler{Metrics: m}, reviewBody(t, "u", "widgetry.io/v1", objs...))
+	if review.Response.Result.Status != "Success" || len(review.Response.ConvertedObjects) != len(objs) {
+		t.Fatalf("got %s with %d objects (%q); want Success with %d", review.Response.Result.Status, len(review.Response.ConvertedObjects), review.Response.Result.Message, len(objs))
+	}
+	for i, raw := range review.Response.ConvertedObjects {
+		got := decodeObject[v1.Widget](t, raw.Raw)
+		mark, marked := got.Annotations[conversion.DegradedAnnotation]
+		switch i {
+		case 10, 900:
+			want := map[int]string{10: `{"paused":tru`, 900: `not json`}[i]
+			if !marked || !strings.HasPrefix(mark, reasonInvalidData+": ") || got.Annotations[conversion.DataAnnotation] != want || got.Annotations["a"] != "b" ||
+				got.Spec.Image != "i" || got.Spec.Timeout == nil || *got.Spec.Timeout != "3s" || got.Spec.Paused {
+				t.Errorf("object %d: annotations %v spec %+v; want marked, the annotation kept, the spec converted without it", i, got.Annotations, got.Spec)
+			}
+		default:
+			_, _, alone := post(t, &ConversionHandler{}, reviewBody(t, "u", "widgetry.io/v1", objs[i]))
+			if marked || !bytes.Equal(raw.Raw, alone.Response.ConvertedObjects[0].Raw) {
+				t.Fatalf("object %d differs from its conversion alone (marked %v):\n%s\n%s", i, marked, raw.Raw, alone.Response.ConvertedObjects[0].Raw)
+			}
+		}
+	}
+	if got := testutil.ToFloat64(m.degraded.WithLabelValues(reasonInvalidData)); got != 2 {
+		t.Fatalf("widget_conversion_degraded_total{reason=%s} = %v, want 2", reasonInvalidData, got)
+	}
+	if got := testutil.ToFloat64(m.failures.WithLabelValues(reasonInvalidData)); got != 0 {
+		t.Fatalf("widget_conversion_failures_total{reason=%s} = %v, want 0: nothing failed", reasonInvalidData, got)
+	}
+}

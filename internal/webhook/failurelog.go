@@ -3,6 +3,8 @@ package webhook
 import (
 	"sync/atomic"
 
+	"github.com/widgetry/widget-operator/internal/conversion"
+
 	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
 )
@@ -34,4 +36,22 @@ func (l *FailureLog) failed(message string, keysAndValues ...any) {
 		keysAndValues = append(keysAndValues, "suppressedSinceLastLine", n)
 	}
 	l.log.Info("webhook request failed", append([]any{"error", message}, keysAndValues...)...)
+}
+
+// degraded logs that a review converted n objects without data they held but could not be
+// used (naming the first few), at the same bounded rate as failures; a nil FailureLog logs
+// nothing.
+func (l *FailureLog) degraded(n int64, sample []string, keysAndValues ...any) {
+	if l == nil {
+		return
+	}
+	if !l.limiter.Allow() {
+		l.dropped.Add(1)
+		return
+	}
+	if d := l.dropped.Swap(0); d > 0 {
+		keysAndValues = append(keysAndValues, "suppressedSinceLastLine", d)
+	}
+	l.log.Info("converted objects without data they could not use; each is marked with the annotation "+conversion.DegradedAnnotation,
+		append([]any{"objects", n, "first", sample}, keysAndValues...)...)
 }

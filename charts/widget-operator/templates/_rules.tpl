@@ -338,6 +338,14 @@ groups:
           description: 'Replicas of job {{ "{{" }} $labels.job {{ "}}" }} in namespace {{ "{{" }} $labels.namespace {{ "}}" }} refused {{ "{{" }} $value | humanize {{ "}}" }} webhook requests in 5 minutes with HTTP 503 because the requests in flight held their whole memory budget (widget_webhook_inflight_bytes at widget_webhook_inflight_budget_bytes). The refused Widget reads and writes failed: large LISTs through the other version, or a client flooding the webhooks.'
           runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetWebhookBudgetRefusals.md
           summary: The webhooks refuse requests to stay inside their memory budget.
+      - alert: WidgetConversionDegraded
+        expr: sum by (namespace, job, reason) (increase(widget_conversion_degraded_total{job="{{ .Values.monitoring.job }}"}[10m])) > 0
+        labels:
+          severity: warning
+        annotations:
+          description: 'Replicas of job {{ "{{" }} $labels.job {{ "}}" }} in namespace {{ "{{" }} $labels.namespace {{ "}}" }} converted {{ "{{" }} $value | humanize {{ "}}" }} Widgets without data they hold ({{ "{{" }} $labels.reason {{ "}}" }}: a conversion-data annotation that does not parse, written past admission) in the last 10 minutes, instead of failing every LIST and watch that holds them. Each was returned marked with the annotation widgetry.io/conversion-degraded; its spec.paused and exact spec.timeout were not restored.'
+          runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetConversionDegraded.md
+          summary: Widgets were converted without data they hold.
       - alert: WidgetControllerPaused
         expr: max by (namespace, job) (widget_controller_paused{job="{{ .Values.monitoring.job }}"}) == 1
         for: 15m
