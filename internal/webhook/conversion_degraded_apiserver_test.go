@@ -139,7 +139,7 @@ func TestOneBadObjectDoesNotFailAList(t *testing.T) {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("namespace %s still there: %v", ns, err)
+		return fmt.Errorf("namespace %s still there: %w", ns, err)
 	})
 	t.Logf("LIST and watch through v1 read %d objects with one marked; %v degraded conversions counted; repaired; namespace deleted", objects, degradedCount(t, reg))
 }
