@@ -21,10 +21,13 @@ type RestoreData struct {
 	Timeout *string `json:"timeout,omitempty"`
 	// Paused is the hub's spec.paused; only true is recorded.
 	Paused bool `json:"paused,omitempty"`
+	// EndpointOrder is the hub's EndpointOrderAnnotation, verbatim, when it is not exactly
+	// the order of the spoke's list (which restores it by itself).
+	EndpointOrder *string `json:"endpointOrder,omitempty"`
 }
 
 // IsZero reports whether the data holds nothing, so the annotation can be dropped.
-func (d RestoreData) IsZero() bool { return d.Timeout == nil && !d.Paused }
+func (d RestoreData) IsZero() bool { return d.Timeout == nil && !d.Paused && d.EndpointOrder == nil }
 
 // ParseRestoreData reads the annotation's value. A value that is not the JSON this package
 // writes is an error rather than ignored: ignoring it would silently drop a paused flag.
@@ -49,7 +52,7 @@ func RestoreDataFrom(annotations map[string]string) (RestoreData, error) {
 func (d RestoreData) Marshal() string {
 	b, err := json.Marshal(d)
 	if err != nil {
-		// RestoreData holds a string pointer and a bool; encoding cannot fail.
+		// RestoreData holds string pointers and a bool; encoding cannot fail.
 		panic(fmt.Sprintf("marshal conversion data: %v", err))
 	}
 	return string(b)

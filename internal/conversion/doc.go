@@ -41,10 +41,15 @@
 //     annotation, and comes back only while it still rounds up to the current timeoutSeconds:
 //     a v1alpha1 client that edited the field wins over a stale annotation, and one that
 //     removed it leaves the timeout unset.
-//   - spec.endpoints: the v1alpha1 list <-> the v1 map keyed by name. From the hub the list is
-//     sorted by name, so the result is deterministic (a v1alpha1 list in another order comes
-//     back sorted). A duplicate name in the list is an error, never an overwrite that would
-//     silently drop one endpoint. No list stays no map, an empty list an empty map, and back.
+//   - spec.endpoints: the v1alpha1 list <-> the v1 map keyed by name. A list that is not in
+//     name order keeps its order on the hub, in the annotation widgetry.io/v1alpha1-endpoint-order
+//     (EndpointOrderAnnotation: the names joined by commas), and comes back in it; a list in
+//     name order, or a map written through v1, comes back sorted by name. An order annotation
+//     that no longer fits the map (a v1 client changed it) orders what it names, the rest
+//     sorted after, and is kept verbatim in the spoke's conversion data while the list follows
+//     it, so hub -> spoke -> hub gives it back exactly. A duplicate name in the list is an
+//     error, never an overwrite that would silently drop one endpoint. No list stays no map,
+//     an empty list an empty map, and back.
 //   - spec.paused exists only in v1: from the hub, true is recorded in the annotation; to the
 //     hub, paused is what the annotation says (false without one).
 //   - status has the same shape in both versions and is copied field by field, conditions

@@ -19,6 +19,8 @@ func ConvertWidgetToHub(_ context.Context, src *v1alpha1.Widget, dst *v1.Widget)
 	}
 	src.ObjectMeta.DeepCopyInto(&dst.ObjectMeta)
 	dst.Annotations = WithRestoreData(dst.Annotations, RestoreData{})
+	order, set := HubEndpointOrder(src.Spec.Endpoints, data)
+	dst.Annotations = withAnnotation(dst.Annotations, EndpointOrderAnnotation, order, set)
 	dst.APIVersion, dst.Kind = v1.GroupVersion.String(), kindOf(src.Kind)
 	if err := SpecToHub(&src.Spec, data, &dst.Spec); err != nil {
 		return objectError(src.Namespace, src.Name, err)
@@ -40,6 +42,9 @@ func ConvertWidgetFromHub(_ context.Context, src *v1.Widget, dst *v1alpha1.Widge
 	if err != nil {
 		return objectError(src.Namespace, src.Name, err)
 	}
+	order, has := src.Annotations[EndpointOrderAnnotation]
+	RestoreEndpointOrder(dst.Spec.Endpoints, order, has, &data)
+	dst.Annotations = withAnnotation(dst.Annotations, EndpointOrderAnnotation, "", false)
 	dst.Annotations = WithRestoreData(dst.Annotations, data)
 	dst.Status = v1alpha1.WidgetStatus{
 		AvailableReplicas:  src.Status.AvailableReplicas,
@@ -72,5 +77,26 @@ func copyConditions(in []metav1.Condition) []metav1.Condition {
 	for i := range in {
 		in[i].DeepCopyInto(&out[i])
 	}
+	return out
+}
+
+// withAnnotation returns annotations with key set to value, or removed when !set. The input
+// map is not modified; a map left empty becomes nil, as WithRestoreData does.
+func withAnnotation(annotations map[string]string, key, value string, set bool) map[string]string {
+	if current, had := annotations[key]; had == set && current == value {
+		return annotations
+	}
+	out := make(map[string]string, len(annotations)+1)
+	for k, v := range annotations {
+		out[k] = v
+	}
+	if !set {
+		delete(out, key)
+		if len(out) == 0 {
+			return nil
+		}
+		return out
+	}
+	out[key] = value
 	return out
 }

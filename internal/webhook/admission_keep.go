@@ -117,8 +117,13 @@ func keepAsAnnotation(spoke *v1alpha1.Widget, want *v1.WidgetSpec) ([]jsonpatch.
 	value, has := spoke.Annotations[conversion.DataAnnotation]
 	if has {
 		// Decoding the object already parsed it, so this cannot fail.
-		if current, err := conversion.ParseRestoreData(value); err == nil && reflect.DeepEqual(current, data) {
-			return nil, nil
+		if current, err := conversion.ParseRestoreData(value); err == nil {
+			// The endpoint order it keeps is the request's own business: conversion to v1
+			// uses it only while the request's list still follows it.
+			data.EndpointOrder = current.EndpointOrder
+			if reflect.DeepEqual(current, data) {
+				return nil, nil
+			}
 		}
 	}
 	path := "/metadata/annotations/" + jsonPointerEscape(conversion.DataAnnotation)

@@ -5,12 +5,15 @@ package webhook_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -93,6 +96,68 @@ func TestConversionThroughAPIServer(t *testing.T) {
 		}
 		if *got.Spec.Timeout != "10s" || !got.Spec.Paused {
 			t.Errorf("after editing timeoutSeconds: timeout %s paused %v, want 10s and still paused", *got.Spec.Timeout, got.Spec.Paused)
+		}
+	})
+
+	t.Run("the order a v1alpha1 client wrote survives storage as v1", func(t *testing.T) {
+		// A GitOps tool applies this manifest, again and again: with the order lost it would
+		// read back [admin, grpc, web], see a difference and write the object forever.
+		manifest := filepath.Join(t.TempDir(), "ordered.yaml")
+		if err := os.WriteFile(manifest, []byte(`apiVersion: widgetry.io/v1alpha1
+kind: Widget
+metadata:
+  name: ordered
+  namespace: conv
+spec:
+  image: srv:1
+  endpoints:
+    - name: web
+      port: 8080
+    - name: admin
+      port: 9000
+    - name: grpc
+      port: 9090
+`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		apply := func() {
+			t.Helper()
+			if out, err := env.Kubectl(t, "apply", "--server-side", "--field-manager=gitops", "-f", manifest); err != nil {
+				t.Fatalf("kubectl apply --server-side: %v %s", err, out)
+			}
+		}
+		names := func() ([]string, string) {
+			t.Helper()
+			got := &v1alpha1.Widget{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: "conv", Name: "ordered"}, got); err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, e := range got.Spec.Endpoints {
+				out = append(out, e.Name)
+			}
+			return out, got.ResourceVersion
+		}
+		apply()
+		order, rv := names()
+		if strings.Join(order, ",") != "web,admin,grpc" {
+			t.Fatalf("v1alpha1 endpoints read back %v, want the order written: web, admin, grpc", order)
+		}
+		if out, err := env.Kubectl(t, "diff", "--server-side", "--field-manager=gitops", "-f", manifest); err != nil {
+			t.Fatalf("kubectl diff of the manifest just applied: %v\n%s", err, out)
+		}
+		apply()
+		if _, again := names(); again != rv {
+			t.Fatalf("applying the same manifest again wrote the object (resourceVersion %s -> %s)", rv, again)
+		}
+
+		// A v1 client adds an endpoint: the order kept names what it knows, the new one follows.
+		if err := c.Patch(ctx, &v1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "conv", Name: "ordered"}},
+			client.RawPatch(types.MergePatchType, []byte(`{"spec":{"endpoints":{"metrics":{"port":9100}}}}`))); err != nil {
+			t.Fatal(err)
+		}
+		if order, _ := names(); strings.Join(order, ",") != "web,admin,grpc,metrics" {
+			t.Fatalf("after a v1 client added metrics: v1alpha1 endpoints %v, want web, admin, grpc, metrics", order)
 		}
 	})
 

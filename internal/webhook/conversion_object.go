@@ -174,9 +174,13 @@ func specToHub(rawSpec, metadata []byte, scratch *objectWriter) (*v1.WidgetSpec,
 	if err := decodeSpec(rawSpec, in); err != nil {
 		return nil, nil, err
 	}
-	var data conversion.RestoreData
-	if mayHoldRestoreData(metadata) {
-		value, err := dataAnnotation(metadata)
+	var (
+		data  conversion.RestoreData
+		edits [2]annotationEdit
+		n     int
+	)
+	if mayHold(metadata, dataKeyPart) {
+		value, err := annotationValue(metadata, conversion.DataAnnotation)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -190,14 +194,24 @@ func specToHub(rawSpec, metadata []byte, scratch *objectWriter) (*v1.WidgetSpec,
 				scratch.degraded = err.Error()
 				mark := fmt.Sprintf("%s: %v; converted without it (spec.paused false, spec.timeout in whole seconds); see runbooks/alerts/WidgetConversionDegraded.md",
 					reasonInvalidData, err)
-				if metadata, err = setAnnotation(metadata, conversion.DegradedAnnotation, &mark, &scratch.splice); err != nil {
-					return nil, nil, err
-				}
+				edits[n], n = annotationEdit{conversion.DegradedAnnotation, &mark}, n+1
 				data = conversion.RestoreData{}
-			} else if metadata, err = setDataAnnotation(metadata, conversion.RestoreData{}, &scratch.splice); err != nil {
-				// (The hub holds the data in its spec: the annotation goes.)
-				return nil, nil, err
+			} else {
+				// The hub holds the data in its spec and metadata: the annotation goes.
+				edits[n], n = annotationEdit{conversion.DataAnnotation, nil}, n+1
 			}
+		}
+	}
+	// The list's order, which the map cannot hold.
+	if order, set := conversion.HubEndpointOrder(in.Endpoints, data); set {
+		edits[n], n = annotationEdit{conversion.EndpointOrderAnnotation, &order}, n+1
+	} else if mayHold(metadata, orderKeyPart) {
+		edits[n], n = annotationEdit{conversion.EndpointOrderAnnotation, nil}, n+1
+	}
+	if n > 0 {
+		var err error
+		if metadata, err = setAnnotations(metadata, &scratch.splice, edits[:n]...); err != nil {
+			return nil, nil, err
 		}
 	}
 	if err := conversion.SpecToHub(in, data, out); err != nil {
@@ -231,17 +245,35 @@ func specFromHub(rawSpec, metadata []byte, scratch *objectWriter) (*v1alpha1.Wid
 	if err != nil {
 		return nil, nil, err
 	}
-	// Metadata is rewritten only when the annotation must be written, or a stale one removed.
-	rewrite := !data.IsZero()
-	if !rewrite && mayHoldRestoreData(metadata) {
-		stale, err := dataAnnotation(metadata)
+	var (
+		edits [2]annotationEdit
+		n     int
+	)
+	if mayHold(metadata, orderKeyPart) {
+		order, err := annotationValue(metadata, conversion.EndpointOrderAnnotation)
 		if err != nil {
 			return nil, nil, err
 		}
-		rewrite = stale != nil
+		if order != nil {
+			conversion.RestoreEndpointOrder(out.Endpoints, *order, true, &data)
+			edits[n], n = annotationEdit{conversion.EndpointOrderAnnotation, nil}, n+1
+		}
 	}
-	if rewrite {
-		if metadata, err = setDataAnnotation(metadata, data, &scratch.splice); err != nil {
+	// Metadata is rewritten only when the annotation must be written, or a stale one removed.
+	if !data.IsZero() {
+		value := data.Marshal()
+		edits[n], n = annotationEdit{conversion.DataAnnotation, &value}, n+1
+	} else if mayHold(metadata, dataKeyPart) {
+		stale, err := annotationValue(metadata, conversion.DataAnnotation)
+		if err != nil {
+			return nil, nil, err
+		}
+		if stale != nil {
+			edits[n], n = annotationEdit{conversion.DataAnnotation, nil}, n+1
+		}
+	}
+	if n > 0 {
+		if metadata, err = setAnnotations(metadata, &scratch.splice, edits[:n]...); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -258,20 +290,24 @@ func decodeSpec(raw []byte, into any) error {
 	return nil
 }
 
-// mayHoldRestoreData is a cheap test that lets objects without the annotation skip decoding
-// their metadata: the annotation key cannot be present unless these bytes are. (Its '/' may be
-// written escaped; the apiserver re-encodes what it sends, so no other escape reaches here.)
-func mayHoldRestoreData(metadata []byte) bool {
-	return bytes.Contains(metadata, []byte("conversion-data"))
+// mayHold is a cheap test that lets objects without an annotation skip decoding their
+// metadata: the annotation's key cannot be present unless these bytes are (a part of the key
+// without '/', which may be written escaped; the apiserver re-encodes what it sends, so no
+// other escape reaches here).
+func mayHold(metadata []byte, keyPart string) bool {
+	return bytes.Contains(metadata, []byte(keyPart))
 }
 
-// dataKey is the conversion-data annotation's key as JSON writes it.
-var dataKey = strconv.Quote(conversion.DataAnnotation)
+// Parts of the annotations' keys for mayHold.
+const (
+	dataKeyPart  = "conversion-data"
+	orderKeyPart = "v1alpha1-endpoint-order"
+)
 
-// dataAnnotation returns the conversion-data annotation's value, nil when there is none. Only
-// that one value is decoded: the rest of metadata (managedFields above all) and the other
-// annotations are skipped.
-func dataAnnotation(metadata []byte) (*string, error) {
+// annotationValue returns annotation key's value, nil when there is none. Only that one value
+// is decoded: the rest of metadata (managedFields above all) and the other annotations are
+// skipped.
+func annotationValue(metadata []byte, key string) (*string, error) {
 	annotations, err := annotationsOf(metadata)
 	if err != nil || annotations == nil {
 		return nil, err
@@ -281,12 +317,12 @@ func dataAnnotation(metadata []byte) (*string, error) {
 		if err := json.Unmarshal(annotations, &m); err != nil {
 			return nil, errMalformed{fmt.Errorf("metadata.annotations: %w", err)}
 		}
-		if v, ok := m[conversion.DataAnnotation]; ok {
+		if v, ok := m[key]; ok {
 			return &v, nil
 		}
 		return nil, nil
 	}
-	raw, err := memberValue(annotations, dataKey)
+	raw, err := memberValue(annotations, strconv.Quote(key))
 	if err != nil {
 		return nil, errMalformed{fmt.Errorf("metadata.annotations: %w", err)}
 	}
@@ -295,42 +331,39 @@ func dataAnnotation(metadata []byte) (*string, error) {
 	}
 	v, ok := jsonString(raw)
 	if !ok {
-		return nil, errMalformed{fmt.Errorf("metadata.annotations[%s] is not a string", conversion.DataAnnotation)}
+		return nil, errMalformed{fmt.Errorf("metadata.annotations[%s] is not a string", key)}
 	}
 	return &v, nil
 }
 
-// setDataAnnotation sets the conversion-data annotation to d, or removes it when d is zero
-// (and annotations with it when none is left, so an object that had none gets none back). The
-// result is in bufs.metadata, valid until the next call with bufs.
-func setDataAnnotation(metadata []byte, d conversion.RestoreData, bufs *spliceBuffers) ([]byte, error) {
-	if d.IsZero() {
-		return setAnnotation(metadata, conversion.DataAnnotation, nil, bufs)
-	}
-	value := d.Marshal()
-	return setAnnotation(metadata, conversion.DataAnnotation, &value, bufs)
+// annotationEdit sets annotation key to value, or removes it when value is nil.
+type annotationEdit struct {
+	key   string
+	value *string
 }
 
-// setAnnotation sets annotation key to value, or removes it when value is nil (and annotations
-// with it when none is left). It splices: every other annotation and metadata member stays
-// the bytes it came as, in its place. The result is in bufs.metadata, valid until the next
-// call with bufs.
-func setAnnotation(metadata []byte, key string, value *string, bufs *spliceBuffers) ([]byte, error) {
+// setAnnotations applies edits to metadata.annotations (removing annotations when none is
+// left, so an object that had none gets none back). It splices: every other annotation and
+// metadata member stays the bytes it came as, in its place; set annotations go last, in the
+// order of edits. The result is in bufs.metadata, valid until the next call with bufs.
+func setAnnotations(metadata []byte, bufs *spliceBuffers, edits ...annotationEdit) ([]byte, error) {
 	annotations, err := annotationsOf(metadata)
 	if err != nil {
 		return nil, err
 	}
 	if hasEscapes(annotations) {
-		// A key written with escapes could be key: decode them all.
+		// A key written with escapes could be one of edits': decode them all.
 		var m map[string]string
 		if err := json.Unmarshal(annotations, &m); err != nil {
 			return nil, errMalformed{fmt.Errorf("metadata.annotations: %w", err)}
 		}
-		if value != nil {
-			m[key] = *value
-		} else if _, had := m[key]; had {
-			if delete(m, key); len(m) == 0 {
-				m = nil
+		for _, e := range edits {
+			if e.value != nil {
+				m[e.key] = *e.value
+			} else if _, had := m[e.key]; had {
+				if delete(m, e.key); len(m) == 0 {
+					m = nil
+				}
 			}
 		}
 		encoded, err := json.Marshal(m)
@@ -339,7 +372,6 @@ func setAnnotation(metadata []byte, key string, value *string, bufs *spliceBuffe
 		}
 		return bufs.replaceAnnotations(metadata, encoded)
 	}
-	quotedKey := strconv.Quote(key)
 	out := append(bufs.annotations[:0], '{')
 	defer func() { bufs.annotations = out[:0] }() // keeps what it has grown to
 	add := func(member []byte) {
@@ -348,9 +380,17 @@ func setAnnotation(metadata []byte, key string, value *string, bufs *spliceBuffe
 		}
 		out = append(out, member...)
 	}
+	edited := func(quotedKey []byte) bool {
+		for _, e := range edits {
+			if len(quotedKey) == len(e.key)+2 && string(quotedKey[1:len(quotedKey)-1]) == e.key {
+				return true
+			}
+		}
+		return false
+	}
 	if annotations != nil {
 		if err := eachMember(annotations, func(m member) bool {
-			if string(m.key) != quotedKey {
+			if !edited(m.key) {
 				add(annotations[m.start:m.end])
 			}
 			return true
@@ -358,12 +398,15 @@ func setAnnotation(metadata []byte, key string, value *string, bufs *spliceBuffe
 			return nil, errMalformed{fmt.Errorf("metadata.annotations: %w", err)}
 		}
 	}
-	if value != nil {
-		encoded, err := json.Marshal(*value)
+	for _, e := range edits {
+		if e.value == nil {
+			continue
+		}
+		encoded, err := json.Marshal(*e.value)
 		if err != nil {
 			return nil, err
 		}
-		add(append(append([]byte(quotedKey), ':'), encoded...))
+		add(append(append([]byte(strconv.Quote(e.key)), ':'), encoded...))
 	}
 	if len(out) == 1 {
 		return bufs.replaceAnnotations(metadata, nil)

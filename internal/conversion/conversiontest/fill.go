@@ -5,6 +5,7 @@ package conversiontest
 
 import (
 	"fmt"
+	"maps"
 	"math/rand"
 	"reflect"
 	"slices"
@@ -28,9 +29,11 @@ const MaxTimeoutSeconds = 86400
 // NewFiller returns a randfill.Filler whose Widgets stay inside the CRD schema's domain
 // (conversion is only lossless where both versions can hold the value; see the
 // documentation of package internal/conversion):
-// timeouts positive and at most 24h, endpoint lists sorted with unique names (the order
-// v1alpha1 gets back from the map), annotations either absent or non-empty, and a
-// conversion-data annotation on spokes only in the canonical form the converter writes.
+// timeouts positive and at most 24h, endpoint lists with unique names in any order,
+// annotations either absent or non-empty, a conversion-data annotation on spokes only in the
+// canonical form the converter writes (an endpoint order in it only one the list follows, as
+// conversion from v1 leaves it), and on hubs an endpoint-order annotation of any kind: the
+// exact order of a v1alpha1 list, a stale one, the sorted order, empty.
 func NewFiller(seed int64) *randfill.Filler {
 	return randfill.NewWithSeed(seed).NilChance(0.3).NumElements(0, 4).Funcs(
 		func(w *v1alpha1.Widget, c randfill.Continue) {
@@ -42,8 +45,20 @@ func NewFiller(seed int64) *randfill.Filler {
 				n := int32(c.Intn(MaxTimeoutSeconds) + 1)
 				w.Spec.TimeoutSeconds = &n
 			}
-			w.Spec.Endpoints = sortedUnique(w.Spec.Endpoints)
+			for i := range w.Spec.Endpoints {
+				w.Spec.Endpoints[i].Name = dnsLabel(c.Rand)
+			}
+			w.Spec.Endpoints = shuffledUnique(c.Rand, w.Spec.Endpoints)
 			var data conversion.RestoreData
+			if c.Intn(4) == 0 {
+				// A kept order the list follows: its names, in its order, and one it lacks.
+				order := conversion.EndpointOrder(w.Spec.Endpoints)
+				if order == "" {
+					order = namesOf(w.Spec.Endpoints)
+				}
+				order += ",gone"
+				data.EndpointOrder = &order
+			}
 			data.Paused = c.Bool()
 			if w.Spec.TimeoutSeconds != nil && c.Bool() {
 				if exact, ok := nonCanonicalTimeout(c.Rand, *w.Spec.TimeoutSeconds); ok {
@@ -60,6 +75,19 @@ func NewFiller(seed int64) *randfill.Filler {
 			if w.Spec.Timeout != nil {
 				t := RandomTimeout(c.Rand)
 				w.Spec.Timeout = &t
+			}
+			if w.Spec.Endpoints != nil {
+				named := make(map[string]v1.EndpointSpec, len(w.Spec.Endpoints))
+				for _, e := range w.Spec.Endpoints {
+					named[dnsLabel(c.Rand)] = e
+				}
+				w.Spec.Endpoints = named
+			}
+			if order, ok := randomEndpointOrder(c.Rand, w.Spec.Endpoints); ok {
+				if w.Annotations == nil {
+					w.Annotations = map[string]string{}
+				}
+				w.Annotations[conversion.EndpointOrderAnnotation] = order
 			}
 		},
 		func(fields *metav1.FieldsV1, c randfill.Continue) {
@@ -118,7 +146,9 @@ func nonCanonicalTimeout(r *rand.Rand, seconds int32) (string, bool) {
 	return s, s != (time.Duration(seconds) * time.Second).String()
 }
 
-func sortedUnique(in []v1alpha1.Endpoint) []v1alpha1.Endpoint {
+// shuffledUnique drops repeated names and puts the list in a random order (sorted one time
+// in four, the order v1alpha1 gets back from the map alone).
+func shuffledUnique(r *rand.Rand, in []v1alpha1.Endpoint) []v1alpha1.Endpoint {
 	if in == nil {
 		return nil
 	}
@@ -130,8 +160,60 @@ func sortedUnique(in []v1alpha1.Endpoint) []v1alpha1.Endpoint {
 			out = append(out, e)
 		}
 	}
-	slices.SortFunc(out, func(a, b v1alpha1.Endpoint) int { return strings.Compare(a.Name, b.Name) })
+	if r.Intn(4) == 0 {
+		slices.SortFunc(out, func(a, b v1alpha1.Endpoint) int { return strings.Compare(a.Name, b.Name) })
+	} else {
+		r.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	}
 	return out
+}
+
+// dnsLabel returns an endpoint name the schemas admit (a DNS label), from a small alphabet so
+// that names collide now and then.
+func dnsLabel(r *rand.Rand) string {
+	const alnum = "abcz09"
+	n := 1 + r.Intn(6)
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = alnum[r.Intn(len(alnum))]
+		if i > 0 && i < n-1 && r.Intn(5) == 0 {
+			b[i] = '-'
+		}
+	}
+	return string(b)
+}
+
+func namesOf(endpoints []v1alpha1.Endpoint) string {
+	names := make([]string, len(endpoints))
+	for i, e := range endpoints {
+		names[i] = e.Name
+	}
+	return strings.Join(names, ",")
+}
+
+// randomEndpointOrder returns, half the time, an endpoint-order annotation for a hub's map:
+// the exact order of a v1alpha1 list, a stale one (a name gone, one missing), the sorted
+// order (which conversion never writes) or empty.
+func randomEndpointOrder(r *rand.Rand, endpoints map[string]v1.EndpointSpec) (string, bool) {
+	if r.Intn(2) == 0 {
+		return "", false
+	}
+	names := slices.Sorted(maps.Keys(endpoints))
+	switch r.Intn(4) {
+	case 0:
+		r.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+	case 1:
+		r.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+		if len(names) > 0 {
+			names = names[1:]
+		}
+		names = append(names, "gone")
+	case 2:
+		// sorted
+	default:
+		return "", true
+	}
+	return strings.Join(names, ","), true
 }
 
 func withoutDataKey(m map[string]string) map[string]string {
