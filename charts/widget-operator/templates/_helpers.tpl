@@ -188,17 +188,26 @@ hence one expression, written out for both objects.
 */}}
 {{- define "widget-operator.conversionDataCanonical" -}}
 {{- $key := "widgetry.io/conversion-data" }}
-{{- $digits := dict "ns" 17 "us|µs|μs" 14 "ms" 11 "s" 8 "m" 6 "h" 5 }}
-{{- $components := list }}
-{{- range $unit := list "ns" "us|µs|μs" "ms" "s" "m" "h" }}
-{{- $components = append $components (printf `(?:[0-9]{1,%d}(?:\.[0-9]*)?|\.[0-9]+)(?:%s)` (get $digits $unit | int) $unit) }}
-{{- end }}
-{{- $re := printf `^\{(?:"timeout":"[-+]?(?:%s){1,4}"(?:,"paused":true)?|"paused":true)?\}$` (join "|" $components) }}
+{{- $re := printf `^\{(?:"timeout":"%s"(?:,"paused":true)?|"paused":true)?\}$` (include "widget-operator.boundedDuration" .) }}
 {{- $conds := list }}
 {{- range $obj := list "oldObject" "object" }}
 {{- $conds = append $conds (printf "(!has(%[1]s.metadata.annotations) || !(%[2]s in %[1]s.metadata.annotations) || (size(%[1]s.metadata.annotations[%[2]s]) <= 256 && %[1]s.metadata.annotations[%[2]s].matches(r'%[3]s')))" $obj (squote $key) $re) }}
 {{- end }}
 {{- join " && " $conds }}
+{{- end -}}
+
+{{/*
+A regular expression (RE2, unanchored) for the Go durations CEL's duration() reads without
+overflow: at most four components, each with few enough digits that their sum fits
+time.Duration. The conversion-data routes and guard use it to read a timeout exactly.
+*/}}
+{{- define "widget-operator.boundedDuration" -}}
+{{- $digits := dict "ns" 17 "us|µs|μs" 14 "ms" 11 "s" 8 "m" 6 "h" 5 }}
+{{- $components := list }}
+{{- range $unit := list "ns" "us|µs|μs" "ms" "s" "m" "h" }}
+{{- $components = append $components (printf `(?:[0-9]{1,%d}(?:\.[0-9]*)?|\.[0-9]+)(?:%s)` (get $digits $unit | int) $unit) }}
+{{- end }}
+{{- printf `[-+]?(?:%s){1,4}` (join "|" $components) }}
 {{- end -}}
 
 {{/*
