@@ -128,6 +128,22 @@ func TestStatusReadsTheReleaseWithoutSecrets(t *testing.T) {
 		t.Fatalf("causes %+v: an older revision's failed hook is no cause", r.Causes)
 	}
 
+	// Rolled back to revision 1 (its manifest, so its release-info) after revision 3's
+	// migrate hook failed: that post-hook's revision was applied, then rolled back; no cause.
+	// (The migrate hook renders at the migrate stage; a post-hook Job of the same shape.)
+	migrate := preflight.DeepCopy()
+	migrate.Name, migrate.Annotations["helm.sh/hook"] = "widget-operator-migrate", "post-install,post-upgrade"
+	migrate.Labels[releasestatus.RevisionLabel] = "3"
+	must(t, admin.Create(ctx, migrate))
+	migrate.Status = failed.Status
+	must(t, admin.Status().Update(ctx, migrate))
+	info.Data["revision"] = "1"
+	must(t, admin.Update(ctx, info))
+	r = status(false)
+	if r.Release == nil || r.Release.Revision != 1 || r.Release.Status != "failed" || !hasCause(r, "widget-operator-preflight of revision 2") || hasCause(r, "widget-operator-migrate") {
+		t.Fatalf("release %+v causes %+v: want revision 1 with revision 2's failed preflight (a pre-hook: 2 never applied) a cause, revision 3's failed migrate superseded", r.Release, r.Causes)
+	}
+
 	// The negative control: Helm's records are Secrets, which `view` does not list.
 	r = status(true)
 	if r.Release != nil || !strings.Contains(r.ReleaseError, "secrets is forbidden") {

@@ -101,6 +101,9 @@ func printReleaseStatus(w io.Writer, r *releasestatus.Report, ns namespaceFound)
 			if h.Revision != 0 {
 				of = fmt.Sprintf(" of revision %d", h.Revision)
 			}
+			if h.Superseded {
+				of += " (superseded, kept for its log)"
+			}
 			fmt.Fprintf(tw, "  hook %s\t%s %s%s: %s (started %s, completed %s)\n", h.Name, h.Kind, strings.Join(h.Events, ","), of, orDefault(h.Phase, "not run"), ts(h.StartedAt), ts(h.CompletedAt))
 		}
 	} else {

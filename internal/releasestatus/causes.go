@@ -95,9 +95,7 @@ func causes(r *Report, o Options) []Cause {
 			if h.Revision != 0 {
 				rev = h.Revision
 			}
-			// A failed hook of an older revision than the applied one is kept for its log; the
-			// release has moved past it.
-			if h.Phase == "Failed" && rev >= rel.Revision {
+			if h.Phase == "Failed" && !h.Superseded {
 				add("runbooks/upgrade/README.md", "hook %s %s of revision %d failed (kubectl -n %s logs job/%s)", h.Kind, h.Name, rev, r.Namespace, h.Name)
 			}
 		}

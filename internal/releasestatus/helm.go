@@ -48,6 +48,9 @@ type Hook struct {
 	CompletedAt *time.Time `json:"completedAt,omitempty"`
 	// Revision is the revision the hook ran for, when read from its Job.
 	Revision int `json:"revision,omitempty"`
+	// Superseded: read from a Job that no longer speaks for the applied revision (an older
+	// revision's, or a post-hook of a revision rolled back since); listed, never a cause.
+	Superseded bool `json:"superseded,omitempty"`
 }
 
 // releaseStorage is Helm's storage of namespace's releases for the driver Helm uses

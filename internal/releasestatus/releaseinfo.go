@@ -80,9 +80,10 @@ func readReleaseInfo(ctx context.Context, c client.Reader, namespace, name strin
 	rel.Status, rel.Description = "deployed", fmt.Sprintf("revision %d applied; no hook of it or a later revision failed or runs", rev)
 	for i := range jobs.Items {
 		h := hookFromJob(&jobs.Items[i])
+		h.Superseded = superseded(h, rev)
 		rel.Hooks = append(rel.Hooks, h)
-		if h.Revision < rev {
-			continue // an older revision's failed hook, kept for its log; the applied revision is past it
+		if h.Superseded {
+			continue
 		}
 		switch h.Phase {
 		case "Failed":
@@ -103,6 +104,25 @@ func readReleaseInfo(ctx context.Context, c client.Reader, namespace, name strin
 	}
 	sort.Slice(rel.Hooks, func(i, j int) bool { return rel.Hooks[i].Name < rel.Hooks[j].Name })
 	return rel, nil
+}
+
+// superseded reports whether a hook Job no longer speaks for the release applied at revision
+// rev: one of an older revision (kept for its log after it failed), or a post-hook of a later
+// one (whose resources were applied, so a rollback since put revision rev's back). A pre-hook
+// of a later revision that failed is the reason that revision was never applied.
+func superseded(h Hook, rev int) bool {
+	if h.Revision < rev {
+		return true
+	}
+	if h.Revision == rev {
+		return false
+	}
+	for _, e := range h.Events {
+		if strings.HasPrefix(e, "pre-") {
+			return false
+		}
+	}
+	return true
 }
 
 // hookFromJob is a hook Job's last run as Helm would record it.
