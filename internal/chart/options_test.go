@@ -339,7 +339,7 @@ var optionCases = []valueCase{{
 		if sm.GetNamespace() != "widget-system" || objs.Get("PrometheusRule", "widget-operator").GetNamespace() != "monitoring" {
 			t.Error("namespaces of the ServiceMonitor or PrometheusRule")
 		}
-		for _, cm := range objs.Kind("ConfigMap") {
+		for _, cm := range dashboardConfigMaps(objs) {
 			if cm.GetNamespace() != "grafana" {
 				t.Errorf("dashboard %s in %s", cm.GetName(), cm.GetNamespace())
 			}

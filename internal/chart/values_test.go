@@ -4,6 +4,7 @@ package chart
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -72,6 +73,14 @@ func job(t *testing.T, objs helmtemplate.Objects, name string) *batchv1.Job {
 	if err := helmtemplate.Into(u, j); err != nil {
 		t.Fatal(err)
 	}
+	// Every hook records why it writes (the gate-state guard's audit reason) as its first
+	// argument; the checks below compare the command after it.
+	c := &j.Spec.Template.Spec.Containers[0]
+	want := fmt.Sprintf("--reason=helm hook %s of release widget-operator, revision 1", strings.TrimPrefix(name, "widget-operator-"))
+	if len(c.Args) == 0 || c.Args[0] != want {
+		t.Fatalf("Job %s: args %q, want %q first", name, c.Args, want)
+	}
+	c.Args = c.Args[1:]
 	return j
 }
 
@@ -249,11 +258,16 @@ var valueCases = []valueCase{{
 			t.Errorf("cleanup Job: %+v", cl)
 		}
 		test := objs.Get("Pod", "widget-operator-selftest")
-		jsonEq(t, "selftest args", field(t, test, "spec", "containers").([]any)[0].(map[string]any)["args"], []string{"selftest", "--namespace", "widget-system"})
-		for _, kind := range []string{"ServiceMonitor", "PrometheusRule", "NetworkPolicy", "ConfigMap"} {
+		jsonEq(t, "selftest args", field(t, test, "spec", "containers").([]any)[0].(map[string]any)["args"],
+			[]string{"--reason=helm hook selftest of release widget-operator, revision 1", "selftest", "--namespace", "widget-system"})
+		for _, kind := range []string{"ServiceMonitor", "PrometheusRule", "NetworkPolicy"} {
 			if len(objs.Kind(kind)) != 0 {
 				t.Errorf("%s rendered by default", kind)
 			}
+		}
+		// The one ConfigMap by default: what status reads of the release.
+		if cms := objs.Kind("ConfigMap"); len(cms) != 1 || cms[0].GetName() != "widget-operator-release-info" {
+			t.Errorf("ConfigMaps rendered by default: %d, want only widget-operator-release-info", len(cms))
 		}
 	},
 }, {
@@ -457,7 +471,7 @@ var valueCases = []valueCase{{
 		"monitoring.dashboards.annotations", map[string]any{"grafana_folder": "Widgets"}},
 	check: func(t *testing.T, objs helmtemplate.Objects) {
 		files, _ := filepath.Glob(filepath.Join(root, "dashboards", "*.json"))
-		cms := objs.Kind("ConfigMap")
+		cms := dashboardConfigMaps(objs)
 		if len(cms) != len(files) || len(files) == 0 {
 			t.Fatalf("%d dashboard ConfigMaps for %d dashboards", len(cms), len(files))
 		}
@@ -501,7 +515,7 @@ var valueCases = []valueCase{{
 		}
 		d := job(t, objs, "widget-operator-drop-managed-fields")
 		if d == nil || d.Annotations["helm.sh/hook"] != "post-install,post-upgrade" || d.Annotations["helm.sh/hook-weight"] != "1" ||
-			!slices.Equal(d.Spec.Template.Spec.Containers[0].Args, []string{"migrate", "--crd", "widgets.widgetry.io", "--progress-namespace", "widget-system", "--drop-managed-fields-of", "v1alpha1"}) {
+			!slices.Equal(d.Spec.Template.Spec.Containers[0].Args, []string{"migrate", "--crd", "widgets.widgetry.io", "--progress-namespace", "widget-system", "--seal-checkpoints", "--drop-managed-fields-of", "v1alpha1"}) {
 			t.Errorf("drop-managed-fields Job: %+v", d)
 		}
 	},
@@ -532,7 +546,7 @@ var valueCases = []valueCase{{
 		// After wait-webhooks (weight 0): the migration needs the webhooks too.
 		if m == nil || m.Annotations["helm.sh/hook"] != "post-install,post-upgrade" || m.Annotations["helm.sh/hook-weight"] != "1" ||
 			*m.Spec.BackoffLimit != 2 || *m.Spec.ActiveDeadlineSeconds != 3600 ||
-			!slices.Equal(m.Spec.Template.Spec.Containers[0].Args, []string{"migrate", "--crd", "widgets.widgetry.io", "--progress-namespace", "widget-system"}) {
+			!slices.Equal(m.Spec.Template.Spec.Containers[0].Args, []string{"migrate", "--crd", "widgets.widgetry.io", "--progress-namespace", "widget-system", "--seal-checkpoints"}) {
 			t.Errorf("migrate Job: %+v", m)
 		}
 		if a := job(t, objs, "widget-operator-preflight").Spec.Template.Spec.Containers[0].Args; a[3] != "migrate" {
@@ -560,7 +574,8 @@ var valueCases = []valueCase{{
 	name: "test namespace",
 	kv:   []any{"tests.namespace", "widget-smoke"},
 	check: func(t *testing.T, objs helmtemplate.Objects) {
-		jsonEq(t, "selftest args", field(t, objs.Get("Pod", "widget-operator-selftest"), "spec", "containers").([]any)[0].(map[string]any)["args"], []string{"selftest", "--namespace", "widget-smoke"})
+		jsonEq(t, "selftest args", field(t, objs.Get("Pod", "widget-operator-selftest"), "spec", "containers").([]any)[0].(map[string]any)["args"],
+			[]string{"--reason=helm hook selftest of release widget-operator, revision 1", "selftest", "--namespace", "widget-smoke"})
 	},
 }}
 
@@ -609,4 +624,15 @@ func TestValues(t *testing.T) {
 	if len(missing) > 0 {
 		t.Errorf("values no render test sets: %v", missing)
 	}
+}
+
+// dashboardConfigMaps are the rendered ConfigMaps but the release-info one.
+func dashboardConfigMaps(objs helmtemplate.Objects) helmtemplate.Objects {
+	var out helmtemplate.Objects
+	for _, cm := range objs.Kind("ConfigMap") {
+		if cm.GetLabels()["app.kubernetes.io/component"] != "release-info" {
+			out = append(out, cm)
+		}
+	}
+	return out
 }
