@@ -46,7 +46,13 @@ type rig struct {
 	hook *widgetenv.Webhook
 	// fleet is the Widgets written at every stage and read back after every step.
 	fleet *widgetenv.Fleet
+	// manifest is a v1alpha1 manifest a GitOps tool applies (server-side) once, with its
+	// endpoints out of name order; "" until it is applied.
+	manifest string
 }
+
+// gitopsNS holds the manifest's Widget, apart from the fleet's.
+const gitopsNS = "gitops"
 
 func newRig(t *testing.T) *rig {
 	r := &rig{t: t, cfg: upgrade.WidgetConfig()}
@@ -73,7 +79,7 @@ func newRig(t *testing.T) *rig {
 		},
 	}
 	r.cl = upgrade.Clients{Client: r.env.Client, Metadata: metadata.NewForConfigOrDie(r.env.Config), DryRunNamespace: ns, Traffic: traffic}
-	for _, n := range []string{ns, "widget-system"} {
+	for _, n := range []string{ns, "widget-system", gitopsNS} {
 		if err := r.env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
 			t.Fatal(err)
 		}
@@ -176,6 +182,57 @@ func (r *rig) verify(stage crd.Stage) {
 	if err := r.fleet.Verify(context.Background(), widgetenv.Served(stage)); err != nil {
 		r.t.Fatalf("%s: %v", stage, err)
 	}
+	if r.manifest != "" && slices.Contains(widgetenv.Served(stage), "v1alpha1") {
+		r.manifestUnchanged(stage)
+	}
+}
+
+// applyManifest applies, server-side as a GitOps tool does, a v1alpha1 Widget whose endpoints
+// are not in name order.
+func (r *rig) applyManifest() {
+	r.t.Helper()
+	r.manifest = filepath.Join(r.t.TempDir(), "gitops.yaml")
+	if err := os.WriteFile(r.manifest, []byte(`apiVersion: widgetry.io/v1alpha1
+kind: Widget
+metadata:
+  name: ordered
+  namespace: `+gitopsNS+`
+spec:
+  image: registry.example.com/ordered:v1
+  endpoints:
+    - name: web
+      port: 8080
+    - name: admin
+      port: 9000
+    - name: grpc
+      port: 9090
+`), 0o600); err != nil {
+		r.t.Fatal(err)
+	}
+	if out, err := r.env.Kubectl(r.t, "apply", "--server-side", "--field-manager=gitops", "-f", r.manifest); err != nil {
+		r.t.Fatalf("kubectl apply --server-side of the v1alpha1 manifest: %v\n%s", err, out)
+	}
+}
+
+// manifestUnchanged: the manifest's Widget reads back through v1alpha1 as written, endpoints
+// in their order, and kubectl diff of the manifest is empty (a GitOps tool sees no drift and
+// writes nothing), whatever version it is stored in.
+func (r *rig) manifestUnchanged(stage crd.Stage) {
+	r.t.Helper()
+	got := &v1alpha1.Widget{}
+	if err := r.env.Client.Get(context.Background(), client.ObjectKey{Namespace: gitopsNS, Name: "ordered"}, got); err != nil {
+		r.t.Fatalf("%s: read the manifest's Widget through v1alpha1: %v", stage, err)
+	}
+	var names []string
+	for _, e := range got.Spec.Endpoints {
+		names = append(names, e.Name)
+	}
+	if strings.Join(names, ",") != "web,admin,grpc" {
+		r.t.Fatalf("%s: the manifest's endpoints read back through v1alpha1 as %v, want the order applied: web, admin, grpc", stage, names)
+	}
+	if out, err := r.env.Kubectl(r.t, "diff", "--server-side", "--field-manager=gitops", "-f", r.manifest); err != nil {
+		r.t.Fatalf("%s: kubectl diff of the applied v1alpha1 manifest is not empty: %v\n%s", stage, err, out)
+	}
 }
 
 // TestFullWalkAndRollback: initial -> add-version -> flip-storage -> migrate -> unserve ->
@@ -188,6 +245,7 @@ func TestFullWalkAndRollback(t *testing.T) {
 	r := newRig(t)
 	round := 0
 	r.write(crd.StageInitial, round)
+	r.applyManifest()
 	r.verify(crd.StageInitial)
 	applied := r.apply("v1alpha1", "registry.example.com/applied:v1alpha1")
 	forward := []crd.Stage{crd.StageAddVersion, crd.StageFlipStorage, crd.StageMigrate, crd.StageUnserve, crd.StageRemove}
