@@ -39,6 +39,10 @@ const (
 	gateGuard    = "widgets.widgetry.io-gate-state-guard"
 	storedGuard  = "widgets.widgetry.io-stored-versions-guard"
 	statusWriter = "crd-status-writer" // a ClusterRole that may write CRD status, given to the forger too
+	// kube-controller-manager's storage version migrator, with and without
+	// --use-service-account-credentials: the in-tree backend's trim.
+	svmUser = "system:serviceaccount:kube-system:storage-version-migrator-controller"
+	kcmUser = "system:kube-controller-manager"
 )
 
 // gateEnv is a real apiserver with the chart's gate-state and stored-versions guards as
@@ -83,9 +87,9 @@ func startGateEnv(t *testing.T) *gateEnv {
 	must(t, admin.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: statusWriter}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions", "customresourcedefinitions/status"}, Verbs: []string{"get", "update"}},
 	}}))
-	for _, user := range []string{hooksUser, managerUser, editorUser} {
+	for _, user := range []string{hooksUser, managerUser, editorUser, svmUser, kcmUser} {
 		subject := rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}
-		if ns, name, ok := strings.Cut(strings.TrimPrefix(user, "system:serviceaccount:"), ":"); ok && user != editorUser {
+		if ns, name, ok := strings.Cut(strings.TrimPrefix(user, "system:serviceaccount:"), ":"); ok && strings.HasPrefix(user, "system:serviceaccount:") {
 			subject = rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}
 		}
 		safe := strings.NewReplacer("@", "-", ":", "-", ".", "-").Replace(user)
@@ -272,6 +276,8 @@ func TestGateStateGuard(t *testing.T) {
 				return g.write(managerUser, g.secret("", map[string][]byte{"ca.crt": []byte("ca")}))
 			}},
 			{"the migrate hook trims storedVersions", func() error { return g.trim(hooksUser, crdObj) }},
+			{"kube-controller-manager's storage version migrator trims storedVersions", func() error { return g.trim(svmUser, g.storedTwice()) }},
+			{"kube-controller-manager without per-controller credentials trims storedVersions", func() error { return g.trim(kcmUser, g.storedTwice()) }},
 		} {
 			if err := ok.write(); err != nil {
 				t.Errorf("%s: %v", ok.name, err)
