@@ -25,33 +25,35 @@ func NewFailureLog(log logr.Logger, perSecond float64, burst int) *FailureLog {
 
 // failed logs one failure; a nil FailureLog logs nothing.
 func (l *FailureLog) failed(message string, keysAndValues ...any) {
-	if l == nil {
-		return
+	if keysAndValues, ok := l.allow(keysAndValues); ok {
+		l.log.Info("webhook request failed", append([]any{"error", message}, keysAndValues...)...)
 	}
-	if !l.limiter.Allow() {
-		l.dropped.Add(1)
-		return
-	}
-	if n := l.dropped.Swap(0); n > 0 {
-		keysAndValues = append(keysAndValues, "suppressedSinceLastLine", n)
-	}
-	l.log.Info("webhook request failed", append([]any{"error", message}, keysAndValues...)...)
 }
 
 // degraded logs that a review converted n objects without data they held but could not be
 // used (naming the first few), at the same bounded rate as failures; a nil FailureLog logs
 // nothing.
 func (l *FailureLog) degraded(n int64, sample []string, keysAndValues ...any) {
-	if l == nil {
+	keysAndValues, ok := l.allow(keysAndValues)
+	if !ok {
 		return
-	}
-	if !l.limiter.Allow() {
-		l.dropped.Add(1)
-		return
-	}
-	if d := l.dropped.Swap(0); d > 0 {
-		keysAndValues = append(keysAndValues, "suppressedSinceLastLine", d)
 	}
 	l.log.Info("converted objects without data they could not use; each is marked with the annotation "+conversion.DegradedAnnotation,
 		append([]any{"objects", n, "first", sample}, keysAndValues...)...)
+}
+
+// allow takes a line from the rate limit (a nil FailureLog allows none), counting a dropped
+// one, and adds to an allowed line how many were dropped since the last.
+func (l *FailureLog) allow(keysAndValues []any) ([]any, bool) {
+	if l == nil {
+		return nil, false
+	}
+	if !l.limiter.Allow() {
+		l.dropped.Add(1)
+		return nil, false
+	}
+	if n := l.dropped.Swap(0); n > 0 {
+		keysAndValues = append(keysAndValues, "suppressedSinceLastLine", n)
+	}
+	return keysAndValues, true
 }
