@@ -83,9 +83,11 @@ test: ## Run the three tiers in order, each alone, never skipping (SKIP_TIERS="e
 test-unit: ## Unit tier: pure Go with -race; no toolchain, no root.
 	@MAKE_VERB="make test-unit" scripts/prereqs.sh unit
 	go test $(UNIT_FLAGS) ./...
-	@# The memory tests measure the heap, which the race detector changes: they are built
-	@# only without -race (memory_test.go), and run here.
-	go test -count=1 -run '^TestMemory' ./internal/webhook/
+	@# Built only without -race, and run here: the memory tests measure the heap, which the
+	@# race detector changes (memory_test.go); the schema round trips run the apiserver's CEL
+	@# validators over 10,000 objects, minutes under the detector, for no concurrency of
+	@# their own (conversion_schema_test.go, schemagen's test).
+	go test -count=1 -run '^(TestMemory|TestRoundTripOverTheSchemas|TestDrawsWhatTheAPIServerAdmits)' ./internal/webhook/ ./internal/conversion/conversiontest/schemagen/
 
 .PHONY: test-envtest
 test-envtest: ## Envtest tier: real kube-apiserver + etcd (and kube-controller-manager), Helm, promtool.
@@ -108,8 +110,9 @@ test-conversion: ## Conversion round-trip fuzzing (10,000 objects each way), a m
 	go test -run '^$$' -fuzz FuzzCRDImageRule -fuzztime 60s ./internal/webhook/
 
 .PHONY: test-long
-test-long: tools ## Long runs: 100,000-object round trips and the same fuzzing for 5 minutes.
-	WIDGET_ROUNDTRIP_ITERATIONS=100000 go test -count=1 -run 'RoundTrip' ./internal/conversion/
+test-long: tools ## Long runs: million-object round trips and the same fuzzing for 5 minutes.
+	@# A million objects each way, drawn from the schemas too: about 80 minutes on 2 cores.
+	WIDGET_ROUNDTRIP_ITERATIONS=1000000 go test -count=1 -timeout=4h -run 'RoundTrip' ./internal/conversion/ ./internal/webhook/
 	go test -run '^$$' -fuzz FuzzConvertReview -fuzztime 5m ./internal/webhook/
 	go test -run '^$$' -fuzz FuzzCRDImageRule -fuzztime 5m ./internal/webhook/
 	WIDGET_MIGRATE_CRASH_OBJECTS=10000 WIDGET_MIGRATE_KILLS=5 go test -tags envtest -count=1 -timeout=60m -run 'TestCrashAndResume' -v ./internal/migrate/ | grep -E '^(=== RUN|--- |PASS|FAIL|ok)|crash_test'

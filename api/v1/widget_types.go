@@ -101,8 +101,11 @@ type WidgetSpec struct {
 	Endpoints map[string]EndpointSpec `json:"endpoints,omitzero"` //nolint:kubeapilinter // nomaps: v1's map keyed by name is the reason v1 exists (unique names by construction); v1alpha1 keeps the list
 
 	// paused stops the controller from rolling out changes; the Deployment is paused too.
+	// Absent and false both mean not paused; the pointer keeps an explicit false as it was
+	// written, so that a manifest saying paused: false reads back as written through every
+	// version (v1alpha1 has no such field: the conversion data carries it).
 	// +optional
-	Paused bool `json:"paused,omitempty"` //nolint:kubeapilinter // optionalfields: absent and false both mean not paused; a pointer would add a state with no meaning
+	Paused *bool `json:"paused,omitempty"`
 }
 
 // WidgetStatus is the observed state of a Widget. It has the same shape in every version.

@@ -45,7 +45,7 @@ func TestBackupVerifyAndRoundTrip(t *testing.T) {
 		name := fmt.Sprintf("w-%02d", i)
 		var obj client.Object
 		if i%2 == 0 {
-			spec := v1.WidgetSpec{Image: "srv:1", Size: ptr.To(int32(i % 3)), Paused: i%4 == 0, Timeout: ptr.To("1.5s")}
+			spec := v1.WidgetSpec{Image: "srv:1", Size: ptr.To(int32(i % 3)), Paused: ptr.To(i%4 == 0), Timeout: ptr.To("1.5s")}
 			if i%8 == 0 {
 				spec.Endpoints = map[string]v1.EndpointSpec{}
 			}

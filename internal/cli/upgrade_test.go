@@ -115,7 +115,7 @@ func TestUpgradeCommands(t *testing.T) {
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "fleet", Name: "w-00"}, w); err != nil {
 			return err
 		}
-		w.Spec.Paused, w.Spec.Timeout = true, ptr.To("1.5s")
+		w.Spec.Paused, w.Spec.Timeout = ptr.To(true), ptr.To("1.5s")
 		return env.Client.Update(ctx, w)
 	})
 	widgetenv.WaitForStorageVersion(t, env, "v1", "fleet")

@@ -12,6 +12,7 @@ import (
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
 )
@@ -113,7 +114,7 @@ func desiredDeployment(w *v1.Widget, ownerAPIVersion string) *appsv1ac.Deploymen
 		WithOwnerReferences(ownerReference(w, ownerAPIVersion)).
 		WithSpec(appsv1ac.DeploymentSpec().
 			WithReplicas(replicas).
-			WithPaused(w.Spec.Paused).
+			WithPaused(ptr.Deref(w.Spec.Paused, false)).
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(selectorLabels(w))).
 			WithTemplate(corev1ac.PodTemplateSpec().
 				WithLabels(childLabels(w)).

@@ -6,6 +6,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
 )
@@ -40,7 +41,7 @@ func computeStatus(w *v1.Widget, old v1.WidgetStatus, dep *appsv1.Deployment, re
 			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, v1.ReasonReplicasUnavailable, fmt.Sprintf("%d of %d replicas available", dep.Status.AvailableReplicas, desired)
 		}
 		switch {
-		case w.Spec.Paused:
+		case ptr.Deref(w.Spec.Paused, false):
 			progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionFalse, v1.ReasonPaused, "the Widget is paused; its Deployment does not roll out changes"
 		case !current || dep.Status.UpdatedReplicas < desired || dep.Status.Replicas > desired || dep.Status.AvailableReplicas < desired:
 			progressing.Status, progressing.Reason, progressing.Message = metav1.ConditionTrue, v1.ReasonRollingOut, fmt.Sprintf("%d of %d replicas updated", dep.Status.UpdatedReplicas, desired)

@@ -25,7 +25,7 @@ const widgetGeneration = 4
 func testWidget(size *int32, paused bool) *v1.Widget {
 	return &v1.Widget{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "shop", Generation: widgetGeneration},
-		Spec:       v1.WidgetSpec{Size: size, Image: "srv:1", Paused: paused},
+		Spec:       v1.WidgetSpec{Size: size, Image: "srv:1", Paused: ptr.To(paused)},
 	}
 }
 

@@ -121,7 +121,7 @@ func TestWidgetLifecycle(t *testing.T) {
 				return err
 			}
 			hub.Spec.Size = ptr.To[int32](3)
-			hub.Spec.Paused = true
+			hub.Spec.Paused = ptr.To(true)
 			return c.Update(ctx, hub)
 		}); err != nil {
 			t.Fatal(err)

@@ -19,15 +19,17 @@ const DegradedAnnotation = "widgetry.io/conversion-degraded"
 type RestoreData struct {
 	// Timeout is the hub's exact duration string when whole seconds cannot express it.
 	Timeout *string `json:"timeout,omitempty"`
-	// Paused is the hub's spec.paused; only true is recorded.
-	Paused bool `json:"paused,omitempty"`
+	// Paused is the hub's spec.paused, when it is set (an explicit false included).
+	Paused *bool `json:"paused,omitempty"`
 	// EndpointOrder is the hub's EndpointOrderAnnotation, verbatim, when it is not exactly
 	// the order of the spoke's list (which restores it by itself).
 	EndpointOrder *string `json:"endpointOrder,omitempty"`
 }
 
 // IsZero reports whether the data holds nothing, so the annotation can be dropped.
-func (d RestoreData) IsZero() bool { return d.Timeout == nil && !d.Paused && d.EndpointOrder == nil }
+func (d RestoreData) IsZero() bool {
+	return d.Timeout == nil && d.Paused == nil && d.EndpointOrder == nil
+}
 
 // ParseRestoreData reads the annotation's value. A value that is not the JSON this package
 // writes is an error rather than ignored: ignoring it would silently drop a paused flag.

@@ -2,35 +2,21 @@ package conversion_test
 
 import (
 	"context"
-	"os"
-	"strconv"
 	"testing"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
+
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/conversion"
 	"github.com/widgetry/widget-operator/internal/conversion/conversiontest"
 )
-
-// roundTripIterations is 10,000 by default (make test, make test-conversion);
-// make test-long raises it through WIDGET_ROUNDTRIP_ITERATIONS.
-func roundTripIterations(t *testing.T) int {
-	if s := os.Getenv("WIDGET_ROUNDTRIP_ITERATIONS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			t.Fatalf("WIDGET_ROUNDTRIP_ITERATIONS=%q: want a positive integer", s)
-		}
-		return n
-	}
-	return 10000
-}
 
 func TestRoundTripSpokeHubSpoke(t *testing.T) {
 	f := conversiontest.NewFiller(1)
 	ctx := context.Background()
 	var seen variety
 	defer seen.require(t)
-	for i := range roundTripIterations(t) {
+	for i := range conversiontest.Iterations(t) {
 		in := &v1alpha1.Widget{}
 		f.Fill(in)
 		_, hasData := in.Annotations[conversion.DataAnnotation]
@@ -55,10 +41,10 @@ func TestRoundTripHubSpokeHub(t *testing.T) {
 	ctx := context.Background()
 	var seen variety
 	defer seen.require(t)
-	for i := range roundTripIterations(t) {
+	for i := range conversiontest.Iterations(t) {
 		in := &v1.Widget{}
 		f.Fill(in)
-		seen.note(in.Spec.Paused, in.Spec.Endpoints == nil, in.Spec.Endpoints != nil && len(in.Spec.Endpoints) == 0, in.Spec.Size != nil && *in.Spec.Size == 0)
+		seen.note(in.Spec.Paused != nil, in.Spec.Endpoints == nil, in.Spec.Endpoints != nil && len(in.Spec.Endpoints) == 0, in.Spec.Size != nil && *in.Spec.Size == 0)
 		spoke := &v1alpha1.Widget{}
 		if err := conversion.ConvertWidgetFromHub(ctx, in.DeepCopy(), spoke); err != nil {
 			t.Fatalf("iteration %d: from hub: %v\nobject: %+v", i, err, in)

@@ -16,7 +16,7 @@ func SpecToHub(in *v1alpha1.WidgetSpec, data RestoreData, out *v1.WidgetSpec) er
 	out.Size = copyPtr(in.Replicas)
 	out.Image = in.Image
 	out.Timeout = timeoutToHub(in.TimeoutSeconds, data.Timeout)
-	out.Paused = data.Paused
+	out.Paused = copyPtr(data.Paused)
 	endpoints, err := endpointsToHub(in.Endpoints)
 	if err != nil {
 		return err
@@ -39,7 +39,7 @@ func SpecFromHub(in *v1.WidgetSpec, out *v1alpha1.WidgetSpec) (RestoreData, erro
 	if !exact {
 		data.Timeout = copyPtr(in.Timeout)
 	}
-	data.Paused = in.Paused
+	data.Paused = copyPtr(in.Paused)
 	out.Endpoints = endpointsFromHub(in.Endpoints)
 	return data, nil
 }

@@ -57,7 +57,7 @@ func TestToHub(t *testing.T) {
 			hub(v1.WidgetSpec{Image: "i", Timeout: ptr.To("5s")}, nil)},
 		{"a removed timeout stays removed", spoke(v1alpha1.WidgetSpec{Image: "i"}, data(conversion.RestoreData{Timeout: ptr.To("1.5s")})), hub(v1.WidgetSpec{Image: "i"}, nil)},
 		{"paused restored, other annotations kept", spoke(v1alpha1.WidgetSpec{Image: "i"}, map[string]string{"a": "b", conversion.DataAnnotation: `{"paused":true}`}),
-			hub(v1.WidgetSpec{Image: "i", Paused: true}, map[string]string{"a": "b"})},
+			hub(v1.WidgetSpec{Image: "i", Paused: ptr.To(true)}, map[string]string{"a": "b"})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := &v1.Widget{}
@@ -99,9 +99,9 @@ func TestFromHub(t *testing.T) {
 			spoke(v1alpha1.WidgetSpec{Image: "i", TimeoutSeconds: ptr.To[int32](3600)}, data(conversion.RestoreData{Timeout: ptr.To("1h")}))},
 		{"1ns rounds up to 1", hub(v1.WidgetSpec{Image: "i", Timeout: ptr.To("1ns")}, nil),
 			spoke(v1alpha1.WidgetSpec{Image: "i", TimeoutSeconds: ptr.To[int32](1)}, data(conversion.RestoreData{Timeout: ptr.To("1ns")}))},
-		{"paused travels in the annotation", hub(v1.WidgetSpec{Image: "i", Paused: true}, map[string]string{"a": "b"}),
+		{"paused travels in the annotation", hub(v1.WidgetSpec{Image: "i", Paused: ptr.To(true)}, map[string]string{"a": "b"}),
 			spoke(v1alpha1.WidgetSpec{Image: "i"}, map[string]string{"a": "b", conversion.DataAnnotation: `{"paused":true}`})},
-		{"an annotation no longer needed is removed", hub(v1.WidgetSpec{Image: "i"}, data(conversion.RestoreData{Paused: true})), spoke(v1alpha1.WidgetSpec{Image: "i"}, nil)},
+		{"an annotation no longer needed is removed", hub(v1.WidgetSpec{Image: "i"}, data(conversion.RestoreData{Paused: ptr.To(true)})), spoke(v1alpha1.WidgetSpec{Image: "i"}, nil)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := &v1alpha1.Widget{}
@@ -168,7 +168,7 @@ func TestMetadataAndStatusPassThrough(t *testing.T) {
 	if d := conversiontest.Diff(in.Status.Conditions, hubObj.Status.Conditions); d != "" || hubObj.Status.AvailableReplicas != in.Status.AvailableReplicas || hubObj.Status.ObservedGeneration != in.Status.ObservedGeneration {
 		t.Errorf("status changed on the way to the hub %s", d)
 	}
-	if !hubObj.Spec.Paused || *hubObj.Spec.Timeout != "1.5s" {
+	if !ptr.Deref(hubObj.Spec.Paused, false) || *hubObj.Spec.Timeout != "1.5s" {
 		t.Errorf("hub spec lost restored fields: %+v", hubObj.Spec)
 	}
 }

@@ -171,7 +171,7 @@ scrape_configs:
 			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(&list.Items[i]), w); err != nil {
 				return err
 			}
-			w.Spec.Paused = true
+			w.Spec.Paused = ptr.To(true)
 			return env.Client.Update(ctx, w)
 		})
 	}

@@ -149,8 +149,8 @@ func keepAsFields(raw []byte, got, want *v1.WidgetSpec) ([]jsonpatch.JsonPatchOp
 			patches = append(patches, jsonpatch.JsonPatchOperation{Operation: "remove", Path: "/spec/" + name})
 		}
 	}
-	if got.Paused != want.Paused {
-		set("paused", true, want.Paused) // false is the field's absence (omitempty)
+	if !reflect.DeepEqual(got.Paused, want.Paused) {
+		set("paused", want.Paused, want.Paused != nil)
 	}
 	if !reflect.DeepEqual(got.Timeout, want.Timeout) {
 		set("timeout", want.Timeout, want.Timeout != nil)

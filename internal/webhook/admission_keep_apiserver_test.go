@@ -29,7 +29,7 @@ func TestV1alpha1ReplaceKeepsWhatItCannotSee(t *testing.T) {
 	env, _, _ := startOperator(t, "keep")
 	ctx := context.Background()
 	w := &v1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "keep", Name: "paused"},
-		Spec: v1.WidgetSpec{Image: "srv:1", Paused: true, Timeout: ptr.To("1.5s")}}
+		Spec: v1.WidgetSpec{Image: "srv:1", Paused: ptr.To(true), Timeout: ptr.To("1.5s")}}
 	if err := env.Client.Create(ctx, w); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestV1alpha1ReplaceKeepsWhatItCannotSee(t *testing.T) {
 			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(w), got); err != nil {
 				t.Fatal(err)
 			}
-			if got.Spec.Image != image || !got.Spec.Paused || ptr.Deref(got.Spec.Timeout, "") != tc.wantTimeout {
+			if got.Spec.Image != image || !ptr.Deref(got.Spec.Paused, false) || ptr.Deref(got.Spec.Timeout, "") != tc.wantTimeout {
 				t.Errorf("read back through v1: image %q paused %v timeout %v; want %q, true, %s", got.Spec.Image, got.Spec.Paused, ptr.Deref(got.Spec.Timeout, "<unset>"), image, tc.wantTimeout)
 			}
 			if _, ok := got.Annotations[conversion.DataAnnotation]; ok {

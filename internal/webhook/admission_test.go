@@ -10,6 +10,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
@@ -117,7 +118,7 @@ func TestDefaulterKeepsWhatV1alpha1CannotExpress(t *testing.T) {
 			if err != nil {
 				t.Fatalf("patched object %s: %v", patched, err)
 			}
-			if got.hub.Spec.Paused != tc.paused || got.hub.Spec.Timeout == nil || *got.hub.Spec.Timeout != tc.timeout {
+			if ptr.Deref(got.hub.Spec.Paused, false) != tc.paused || got.hub.Spec.Timeout == nil || *got.hub.Spec.Timeout != tc.timeout {
 				t.Errorf("patched object %s reads as paused %v timeout %v, want %v %s", patched, got.hub.Spec.Paused, got.hub.Spec.Timeout, tc.paused, tc.timeout)
 			}
 			if strings.Contains(tc.object, `"team":"x"`) && !strings.Contains(patched, `"team":"x"`) {

@@ -59,7 +59,7 @@ func TestConversionThroughAPIServer(t *testing.T) {
 
 	t.Run("paused and a fractional timeout survive a v1alpha1 update", func(t *testing.T) {
 		in := &v1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "conv", Name: "hub"},
-			Spec: v1.WidgetSpec{Image: "srv:1", Timeout: ptr.To("1.5s"), Paused: true, Endpoints: map[string]v1.EndpointSpec{"b": {Port: 2}, "a": {Port: 1}}}}
+			Spec: v1.WidgetSpec{Image: "srv:1", Timeout: ptr.To("1.5s"), Paused: ptr.To(true), Endpoints: map[string]v1.EndpointSpec{"b": {Port: 2}, "a": {Port: 1}}}}
 		if err := c.Create(ctx, in); err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +94,7 @@ func TestConversionThroughAPIServer(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(in), got); err != nil {
 			t.Fatal(err)
 		}
-		if *got.Spec.Timeout != "10s" || !got.Spec.Paused {
+		if *got.Spec.Timeout != "10s" || !ptr.Deref(got.Spec.Paused, false) {
 			t.Errorf("after editing timeoutSeconds: timeout %s paused %v, want 10s and still paused", *got.Spec.Timeout, got.Spec.Paused)
 		}
 	})
@@ -175,7 +175,7 @@ spec:
 			if err := c.Get(ctx, client.ObjectKey{Namespace: "conv", Name: name}, got); err != nil {
 				t.Fatal(err)
 			}
-			if *got.Spec.Size != 1 || *got.Spec.Timeout != "30s" || got.Spec.Endpoints != nil || got.Spec.Paused {
+			if *got.Spec.Size != 1 || *got.Spec.Timeout != "30s" || got.Spec.Endpoints != nil || got.Spec.Paused != nil {
 				t.Errorf("%s: defaults %+v, want size 1, timeout 30s, no endpoints, not paused", name, got.Spec)
 			}
 		}
@@ -225,7 +225,7 @@ spec:
 			src.Status = v1alpha1.WidgetStatus{}
 			if i%2 == 0 {
 				hub := &v1.Widget{ObjectMeta: src.ObjectMeta, Spec: v1.WidgetSpec{Image: src.Spec.Image, Size: src.Spec.Replicas,
-					Timeout: ptr.To(fmt.Sprintf("%d.5s", i%100+1)), Paused: i%4 == 0, Endpoints: map[string]v1.EndpointSpec{"http": {Port: 8080}}}}
+					Timeout: ptr.To(fmt.Sprintf("%d.5s", i%100+1)), Paused: ptr.To(i%4 == 0), Endpoints: map[string]v1.EndpointSpec{"http": {Port: 8080}}}}
 				written[i] = hub.DeepCopy()
 				return c.Create(ctx, hub)
 			}

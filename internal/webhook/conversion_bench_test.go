@@ -97,7 +97,7 @@ func benchReviews(tb testing.TB, n int) (toV1, toV1alpha1 []byte) {
 		}
 		if i%4 == 3 {
 			if i%8 == 3 {
-				h.Spec.Paused = true
+				h.Spec.Paused = ptr.To(true)
 			} else {
 				h.Spec.Timeout = ptr.To(fmt.Sprintf("%d.5s", i%100+1))
 			}

@@ -72,7 +72,7 @@ func TestOneBadObjectDoesNotFailAList(t *testing.T) {
 		}
 		marked++
 		if w.Name != "w-07" || !strings.Contains(mark, "InvalidConversionData") || w.Annotations[conversion.DataAnnotation] != `{"paused":tru` ||
-			w.Spec.Image != "srv:1" || w.Spec.Timeout == nil || *w.Spec.Timeout != "5s" || w.Spec.Paused {
+			w.Spec.Image != "srv:1" || w.Spec.Timeout == nil || *w.Spec.Timeout != "5s" || w.Spec.Paused != nil {
 			t.Errorf("degraded %s: annotations %v spec %+v; want w-07 marked, its annotation kept as it came, the spec converted without it", w.Name, w.Annotations, w.Spec)
 		}
 	}

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
+	"k8s.io/utils/ptr"
+
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/conversion"
 	"github.com/widgetry/widget-operator/internal/conversion/conversiontest"
@@ -206,7 +208,7 @@ func TestConvertHazards(t *testing.T) {
 			objects: []any{`{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"a","annotations":{"widgetry.io/conversion-data":"{\"timeout\":\"1.5s\",\"paused\":true}"}},"spec":{"image":"i","timeoutSeconds":7}}`},
 			check: func(t *testing.T, objs []json.RawMessage) {
 				w := decodeObject[v1.Widget](t, objs[0])
-				if *w.Spec.Timeout != "7s" || !w.Spec.Paused || w.Annotations != nil {
+				if *w.Spec.Timeout != "7s" || !ptr.Deref(w.Spec.Paused, false) || w.Annotations != nil {
 					t.Errorf("got timeout %s paused %v annotations %v, want 7s, true, none", *w.Spec.Timeout, w.Spec.Paused, w.Annotations)
 				}
 			}},
@@ -426,7 +428,7 @@ func TestDataAnnotationSplice(t *testing.T) {
 				t.Fatalf("to v1: %+v", review)
 			}
 			hub := decodeObject[v1.Widget](t, review.Response.ConvertedObjects[0].Raw)
-			if !hub.Spec.Paused || len(hub.Annotations) != 2 || hub.Annotations["a"] != "<b>" || hub.Annotations["z"] != "1" {
+			if !ptr.Deref(hub.Spec.Paused, false) || len(hub.Annotations) != 2 || hub.Annotations["a"] != "<b>" || hub.Annotations["z"] != "1" {
 				t.Fatalf("to v1: paused %v, annotations %v; want paused and the two others kept", hub.Spec.Paused, hub.Annotations)
 			}
 			back, err := json.Marshal(hub)
@@ -514,7 +516,7 @@ func TestUndecodableDataDegradesOneObjectOnly(t *testing.T) {
 		case 10, 900:
 			want := map[int]string{10: `{"paused":tru`, 900: `not json`}[i]
 			if !marked || !strings.HasPrefix(mark, reasonInvalidData+": ") || got.Annotations[conversion.DataAnnotation] != want || got.Annotations["a"] != "b" ||
-				got.Spec.Image != "i" || got.Spec.Timeout == nil || *got.Spec.Timeout != "3s" || got.Spec.Paused {
+				got.Spec.Image != "i" || got.Spec.Timeout == nil || *got.Spec.Timeout != "3s" || got.Spec.Paused != nil {
 				t.Errorf("object %d: annotations %v spec %+v; want marked, the annotation kept, the spec converted without it", i, got.Annotations, got.Spec)
 			}
 		default:

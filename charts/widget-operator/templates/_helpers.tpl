@@ -175,8 +175,8 @@ admissionregistration.k8s.io/v1/MutatingAdmissionPolicy); policy and webhook for
 A CEL condition, true when the MutatingAdmissionPolicy computes exactly what the mutating
 webhook would for an UPDATE through v1alpha1: the stored object's and the request's
 conversion-data annotations are each absent or in the canonical form that
-conversion.RestoreData.Marshal writes — {}, {"paused":true}, {"timeout":"T"} or
-{"timeout":"T","paused":true} — with T a Go duration of at most four components, each small
+conversion.RestoreData.Marshal writes — {}, {"paused":P}, {"timeout":"T"} or
+{"timeout":"T","paused":P} — with P true or false (an explicit false is kept as written) and T a Go duration of at most four components, each small
 enough that time.ParseDuration (which CEL's duration() is) cannot overflow, and nothing to
 unescape. CEL has no JSON parser; this grammar is what its regular expressions can read
 exactly. Anything else (another key order, spaces, JSON escapes, unknown keys, a malformed
@@ -188,7 +188,7 @@ hence one expression, written out for both objects.
 */}}
 {{- define "widget-operator.conversionDataCanonical" -}}
 {{- $key := "widgetry.io/conversion-data" }}
-{{- $re := printf `^\{(?:"timeout":"%s"(?:,"paused":true)?|"paused":true)?\}$` (include "widget-operator.boundedDuration" .) }}
+{{- $re := printf `^\{(?:"timeout":"%s"(?:,"paused":(?:true|false))?|"paused":(?:true|false))?\}$` (include "widget-operator.boundedDuration" .) }}
 {{- $conds := list }}
 {{- range $obj := list "oldObject" "object" }}
 {{- $conds = append $conds (printf "(!has(%[1]s.metadata.annotations) || !(%[2]s in %[1]s.metadata.annotations) || (size(%[1]s.metadata.annotations[%[2]s]) <= 256 && %[1]s.metadata.annotations[%[2]s].matches(r'%[3]s')))" $obj (squote $key) $re) }}
@@ -215,7 +215,7 @@ A CEL expression: the conversion-data annotation an UPDATE through v1alpha1 must
 conversion.RestoreData.Marshal writes it ('{}' when nothing is to be kept), for requests where
 widget-operator.conversionDataCanonical holds. The same steps as the mutating webhook
 (webhook.Defaulter with conversion.SpecFromHub/SpecToHub):
-  - paused: always kept from the stored object;
+  - paused: always kept from the stored object ('true', 'false' or '': not set);
   - the exact timeout: the stored annotation's, while it is still the stored object's timeout
     (it rounds up to the stored timeoutSeconds: ceil(T) = s exactly when
     (s-1)s < T <= s·s, compared as durations; getSeconds() goes through float64), is not just
@@ -231,7 +231,7 @@ webhook's condition.
 {{- define "widget-operator.keptConversionData" -}}
 {{- $key := squote "widgetry.io/conversion-data" -}}
 [has(oldObject.metadata.annotations) && {{ $key }} in oldObject.metadata.annotations ? oldObject.metadata.annotations[{{ $key }}] : ''].map(stored,
-[stored.endsWith('"paused":true}')].map(paused,
+[stored.endsWith('"paused":true}') ? 'true' : stored.endsWith('"paused":false}') ? 'false' : ''].map(paused,
 [stored.startsWith('{"timeout":"') ? stored.substring(12, stored.indexOf('"', 12)) : ''].map(exact,
 [has(oldObject.spec) && has(oldObject.spec.timeoutSeconds) ? oldObject.spec.timeoutSeconds : 0].map(oldSeconds,
 [has(object.spec) && has(object.spec.timeoutSeconds) ? object.spec.timeoutSeconds : 0].map(newSeconds,
@@ -239,7 +239,7 @@ webhook's condition.
   : oldSeconds >= 60 ? string(oldSeconds / 60) + 'm' + string(oldSeconds % 60) + 's' : string(oldSeconds) + 's'].map(wholeSeconds,
 [exact != '' && oldSeconds > 0 && newSeconds == oldSeconds && exact != wholeSeconds &&
     duration(exact) > duration(string(oldSeconds - 1) + 's') && duration(exact) <= duration(string(oldSeconds) + 's') ? exact : ''].map(timeout,
-  timeout != '' ? '{"timeout":"' + timeout + (paused ? '","paused":true}' : '"}') : paused ? '{"paused":true}' : '{}'
+  timeout != '' ? '{"timeout":"' + timeout + (paused != '' ? '","paused":' + paused + '}' : '"}') : paused != '' ? '{"paused":' + paused + '}' : '{}'
 )[0])[0])[0])[0])[0])[0])[0]
 {{- end -}}
 

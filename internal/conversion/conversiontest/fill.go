@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/randfill"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
@@ -59,7 +60,9 @@ func NewFiller(seed int64) *randfill.Filler {
 				order += ",gone"
 				data.EndpointOrder = &order
 			}
-			data.Paused = c.Bool()
+			if c.Bool() {
+				data.Paused = ptr.To(c.Bool()) // set, true or false
+			}
 			if w.Spec.TimeoutSeconds != nil && c.Bool() {
 				if exact, ok := nonCanonicalTimeout(c.Rand, *w.Spec.TimeoutSeconds); ok {
 					data.Timeout = &exact

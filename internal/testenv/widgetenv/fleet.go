@@ -136,7 +136,7 @@ func (f *Fleet) writeOne(ctx context.Context, name, version string, i, round int
 		obj.Namespace, obj.Name = f.Namespace, name
 	}
 	obj.Spec.Image, obj.Spec.Size = image, ptr.To[int32](0)
-	obj.Spec.Paused = round%2 == 1
+	obj.Spec.Paused = ptr.To(round%2 == 1)
 	obj.Spec.Timeout = ptr.To(fmt.Sprintf("%d.%ds", i%50+1, round%10))
 	obj.Spec.Endpoints = map[string]v1.EndpointSpec{"http": {Port: 8080}, fmt.Sprintf("r%d", round): {Port: int32(9000 + round)}}
 	if err := save(obj); err != nil {

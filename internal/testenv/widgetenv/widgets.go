@@ -38,7 +38,7 @@ func CreateWidgets(tb testing.TB, c client.Client, namespace string, n int) {
 			if err := conversion.ConvertWidgetToHub(ctx, src, hub); err != nil {
 				return err
 			}
-			hub.Spec.Paused = i%4 == 1
+			hub.Spec.Paused = ptr.To(i%4 == 1)
 			hub.Spec.Timeout = ptr.To(fmt.Sprintf("%d.5s", i%100+1))
 			obj = hub
 		}
