@@ -100,7 +100,10 @@ var keepCases = []keepCase{
 	{name: "stored-escape", stored: `{"timeout":"1.5\u0073"}`, storedSeconds: 2, seconds: 2, want: data(`{"timeout":"1.5s"}`)},
 	{name: "stored-long-number", stored: `{"timeout":"000000001.5s"}`, storedSeconds: 2, seconds: 2, want: data(`{"timeout":"000000001.5s"}`)},
 	{name: "stored-unknown-key", stored: `{"paused":true,"x":1}`, storedSeconds: 2, seconds: 2, want: data(`{"paused":true}`)},
-	{name: "stored-paused-false", stored: `{"timeout":"1.5s","paused":false}`, storedSeconds: 2, seconds: 2, want: data(`{"timeout":"1.5s"}`)},
+	// An explicit paused: false is kept as the v1 client wrote it (v1's spec.paused is a
+	// pointer), by the policy as by the webhook.
+	{name: "stored-paused-false", stored: `{"timeout":"1.5s","paused":false}`, storedSeconds: 2, seconds: 2, want: data(`{"timeout":"1.5s","paused":false}`), canonical: true},
+	{name: "paused-false", stored: `{"paused":false}`, storedSeconds: 30, seconds: 45, want: data(`{"paused":false}`), canonical: true},
 	// A stored value conversion cannot read: admitted unchanged (with a warning), so that a
 	// v1alpha1 write can repair it.
 	{name: "stored-malformed", stored: `{"paused":tru`, storedSeconds: 2, seconds: 2},
