@@ -62,7 +62,7 @@ func TestSchemaObjectsThroughAPIServer(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want := writeDrawn(t, ctx, dyn.Resource(gvr(step.from)).Namespace(ns), drawn)
+				want := writeDrawn(ctx, t, dyn.Resource(gvr(step.from)).Namespace(ns), drawn)
 				versions[step.from].Default(want)
 				got, err := dyn.Resource(gvr(step.from)).Namespace(ns).Get(ctx, fmt.Sprintf("w-%03d", n), metav1.GetOptions{})
 				if err != nil {
@@ -135,7 +135,7 @@ func TestSchemaObjectsThroughAPIServer(t *testing.T) {
 
 // writeDrawn creates drawn (JSON) and writes its status through the status subresource, and
 // returns drawn decoded, as the apiserver reads it.
-func writeDrawn(t *testing.T, ctx context.Context, r dynamic.ResourceInterface, drawn []byte) map[string]any {
+func writeDrawn(ctx context.Context, t *testing.T, r dynamic.ResourceInterface, drawn []byte) map[string]any {
 	t.Helper()
 	var obj map[string]any
 	if err := kjson.Unmarshal(drawn, &obj); err != nil {

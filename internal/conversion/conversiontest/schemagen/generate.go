@@ -19,6 +19,7 @@ import (
 	"regexp"
 	"regexp/syntax"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,7 +46,8 @@ type Generator struct {
 
 // New returns a Generator seeded with seed.
 func New(seed int64) *Generator {
-	return &Generator{r: rand.New(rand.NewSource(seed)), Bounds: map[string]int{}, Required: map[string]bool{}, patterns: map[string]*syntax.Regexp{}}
+	return &Generator{r: rand.New(rand.NewSource(seed)), //nolint:gosec // test data, reproducible from the seed
+		Bounds: map[string]int{}, Required: map[string]bool{}, patterns: map[string]*syntax.Regexp{}}
 }
 
 // Draw draws one value of s; path names s's place in the object for Bounds.
@@ -201,7 +203,7 @@ func (g *Generator) array(s *apiextensionsv1.JSONSchemaProps, path string) (any,
 			return nil, err
 		}
 		// A list-type map's keys and a set's items are unique: the schema refuses repeats.
-		var id any = v
+		id := v
 		if s.XListType != nil && *s.XListType == "map" {
 			m, _ := v.(map[string]any)
 			key := []any{}
@@ -382,8 +384,10 @@ func keyLimit(s *apiextensionsv1.JSONSchemaProps) int {
 	for _, rule := range s.XValidations {
 		for _, m := range sizeCall.FindAllStringSubmatch(rule.Rule, -1) {
 			if m[1] != "self" {
-				var n int
-				fmt.Sscan(m[2], &n)
+				n, err := strconv.Atoi(m[2])
+				if err != nil {
+					return 0 // too large for an int: no limit worth drawing to
+				}
 				return n
 			}
 		}
