@@ -13,9 +13,12 @@
 // storageVersionHash is the hash of the version that instance encodes in: the instance builds
 // both its discovery document and its storage for the CRD from the same CRD informer (it is
 // what kube-storage-version-migrator watches too). The two are updated by separate handlers
-// of that informer, so a write in flight at the very moment of the switch can still land in
-// the old version; that window is milliseconds, not the seconds to minutes of a lagging or
-// stalled instance this guards against.
+// of that informer, each with its own queue: discovery can show the new hash while the
+// storage still encodes the old version. The gap is usually milliseconds, but an instance
+// that resumes after a stall (SIGSTOP, a paused VM) or runs starved was seen to publish the new
+// hash first and then, a moment later, still write the old version (CI, TestWaitTwoAPIServers).
+// So a switch counts only once the instance has reported it for Options.Settle, over at least
+// two answers: the storage's handler has had that long to catch up with discovery's.
 package storageversion
 
 import (
@@ -49,6 +52,7 @@ const (
 	DefaultTimeout        = 2 * time.Minute
 	DefaultInterval       = time.Second
 	DefaultRequestTimeout = 5 * time.Second
+	DefaultSettle         = 2 * time.Second
 )
 
 // ErrPrecondition marks a CRD that cannot be waited for: missing, without a storage version,
@@ -72,6 +76,10 @@ type Options struct {
 	// Timeout bounds the whole wait (DefaultTimeout), Interval is the pause between polls
 	// (DefaultInterval), RequestTimeout bounds each request (DefaultRequestTimeout).
 	Timeout, Interval, RequestTimeout time.Duration
+	// Settle is how long an instance must keep reporting the storage version's hash before it
+	// counts as switched (DefaultSettle): its storage follows its discovery document with a
+	// lag of its own (see the package comment).
+	Settle time.Duration
 	// Logger receives one line per instance found and per instance switched.
 	Logger logr.Logger
 }
@@ -87,6 +95,10 @@ type Instance struct {
 	Switched bool `json:"switched"`
 	// Problem says why it has not switched.
 	Problem string `json:"problem,omitempty"`
+
+	// reporting is when the instance first reported the storage version's hash in the current
+	// run of such answers (zero: its last answer did not).
+	reporting time.Time
 }
 
 // Result is what Wait waited for.
@@ -195,6 +207,9 @@ func withDefaults(o Options) Options {
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = DefaultRequestTimeout
 	}
+	if o.Settle <= 0 {
+		o.Settle = DefaultSettle
+	}
 	if o.Logger.GetSink() == nil {
 		o.Logger = logr.Discard()
 	}
@@ -210,6 +225,7 @@ type waiter struct {
 	versions       map[string]string // hash -> CRD version, to name what a lagging instance writes
 	res            *Result
 	instances      map[string]*Instance
+	settle         time.Duration
 }
 
 func newWaiter(ctx context.Context, c client.Reader, cfg *rest.Config, crdName string, opts Options) (*waiter, error) {
@@ -221,7 +237,7 @@ func newWaiter(ctx context.Context, c client.Reader, cfg *rest.Config, crdName s
 		return nil, fmt.Errorf("read CRD %s: %w", crdName, err)
 	}
 	w := &waiter{c: c, log: opts.Logger, versions: map[string]string{}, instances: map[string]*Instance{},
-		res: &Result{CRD: crdName}, resource: crd.Status.AcceptedNames.Plural}
+		res: &Result{CRD: crdName}, resource: crd.Status.AcceptedNames.Plural, settle: opts.Settle}
 	if w.resource == "" {
 		w.resource = crd.Spec.Names.Plural
 	}
@@ -289,6 +305,8 @@ func (w *waiter) poll(ctx context.Context) (bool, error) {
 
 // ask reads one instance's discovery document of the CRD's group-version.
 func (w *waiter) ask(ctx context.Context, in *Instance) {
+	reporting := in.reporting
+	in.reporting = time.Time{} // every answer but the storage version's hash ends the run
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+in.Address+w.path, nil)
 	if err != nil {
 		in.Problem = err.Error()
@@ -327,8 +345,18 @@ func (w *waiter) ask(ctx context.Context, in *Instance) {
 	}
 	in.Hash = list.APIResources[i].StorageVersionHash
 	in.Version = w.versions[in.Hash]
-	if in.Switched = in.Hash == w.res.Hash; in.Switched {
-		in.Problem = ""
+	if in.Hash == w.res.Hash {
+		now := time.Now()
+		if reporting.IsZero() {
+			reporting = now
+		}
+		in.reporting = reporting
+		if held := now.Sub(reporting); held < w.settle {
+			in.Problem = fmt.Sprintf("reports %s for %s; counts as switched once it has for %s (its storage follows its discovery)",
+				w.res.StorageVersion, held.Round(time.Millisecond), w.settle)
+			return
+		}
+		in.Switched, in.Problem = true, ""
 		w.log.Info("kube-apiserver instance writes the storage version", "address", in.Address, "crd", w.res.CRD, "storageVersion", w.res.StorageVersion)
 		return
 	}

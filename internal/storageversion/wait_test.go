@@ -78,7 +78,7 @@ func fakeClient(objs ...client.Object) client.Client {
 	return fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(append(objs, thingCRD())...).Build()
 }
 
-var quick = Options{Timeout: time.Second, Interval: 50 * time.Millisecond, RequestTimeout: 500 * time.Millisecond}
+var quick = Options{Timeout: time.Second, Interval: 50 * time.Millisecond, RequestTimeout: 500 * time.Millisecond, Settle: 150 * time.Millisecond}
 
 func TestWait(t *testing.T) {
 	ctx := context.Background()
@@ -184,6 +184,38 @@ func TestWait(t *testing.T) {
 		}
 		if elapsed := time.Since(start); elapsed < 300*time.Millisecond || elapsed > 10*time.Second {
 			t.Errorf("returned after %s", elapsed)
+		}
+	})
+
+	// The hash must hold for Settle: an instance that shows it, drops back and shows it again
+	// is waited for from its last switch. Without the settle the wait returns at once.
+	t.Run("a switch counts once it has held for Settle", func(t *testing.T) {
+		a := newFakeInstance(t, newHash)
+		opts := quick
+		opts.Timeout, opts.Settle, opts.Instances = time.Minute, 400*time.Millisecond, []string{a.addr()}
+		c := fakeClient()
+		time.AfterFunc(150*time.Millisecond, func() { a.hash.Store(&oldHash) })
+		time.AfterFunc(450*time.Millisecond, func() { a.hash.Store(&newHash) })
+		start := time.Now()
+		res, err := Wait(ctx, c, restConfig(a), "things.example.com", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if elapsed, least := time.Since(start), 450*time.Millisecond+opts.Settle; elapsed < least {
+			t.Errorf("returned after %s, before the hash held for %s since its last switch (%s)", elapsed, opts.Settle, least)
+		}
+		if !res.Instances[0].Switched {
+			t.Errorf("result %+v", res)
+		}
+	})
+	t.Run("an instance that has not held the hash for Settle lags", func(t *testing.T) {
+		a := newFakeInstance(t, newHash)
+		opts := quick
+		opts.Settle, opts.Instances = time.Hour, []string{a.addr()}
+		_, err := Wait(ctx, fakeClient(), restConfig(a), "things.example.com", opts)
+		var lag *LagError
+		if !errors.As(err, &lag) || !strings.Contains(err.Error(), "reports v1 for ") || !strings.Contains(err.Error(), "counts as switched once it has for 1h0m0s") {
+			t.Errorf("got %v, want a *LagError saying how long the instance has reported v1", err)
 		}
 	})
 
