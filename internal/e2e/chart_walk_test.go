@@ -42,8 +42,11 @@ const releaseNamespace = "widget-system"
 // time to remove and helm rollback one at a time to initial (the last only after the reverse
 // migration the refusal asks for), with Widgets written through every served version at every
 // stage and read back through every served version (0 lost fields); a Widget last applied
-// through v1alpha1 is applied through v1 by the same manager at remove; helm test; helm
-// uninstall keeps the CRD and every Widget, without the catalog finalizer.
+// through v1alpha1 is applied through v1 by the same manager at remove; a v1alpha1 manifest
+// with endpoints out of name order, applied server-side before the flip, reads back as applied
+// (kubectl diff empty) at every stage that serves v1alpha1, after migrate, unserve and every
+// step back; helm test; helm uninstall keeps the CRD and every Widget, without the catalog
+// finalizer.
 func TestEndToEndWalk(t *testing.T) {
 	c := cluster.Start(t)
 	c.ImportOperatorImage(t)
@@ -78,6 +81,8 @@ type e2e struct {
 	cl    client.Client
 	ns    string // where the walk's Widgets live
 	fleet *widgetenv.Fleet
+	// gitops is the v1alpha1 manifest applied server-side before the flip, into gitopsNS.
+	gitops, gitopsNS string
 }
 
 func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUninstall bool) {
@@ -104,6 +109,8 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 	appliedNamespace := widgetNamespace + "-applied"
 	ensureNamespace(t, c, appliedNamespace)
 	w.serverSideApply(appliedNamespace, "v1alpha1")
+	w.applyGitOps(appliedNamespace)
+	w.gitopsUnchanged(crd.StageInitial)
 
 	// A skipped stage: refused by the pre-upgrade preflight, with its message, nothing changed.
 	before := w.crd()
@@ -158,6 +165,7 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 			}
 		}
 		w.verify(stage)
+		w.gitopsUnchanged(stage)
 		round++
 		w.write(stage, round)
 		w.verify(stage)
@@ -190,6 +198,7 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 		t.Logf("helm %s to %s: %s", args[0], stage, time.Since(start).Round(time.Second))
 		w.checkStage(stage)
 		w.verify(stage)
+		w.gitopsUnchanged(stage)
 		round++
 		w.write(stage, round)
 		w.verify(stage)
@@ -286,6 +295,36 @@ func (w *e2e) serverSideApply(namespace, version string) {
 		w.t.Fatal(err)
 	}
 	w.c.Kubectl(w.t, "apply", "--server-side", "--field-manager=old-applier", "--force-conflicts", "-f", f)
+}
+
+// applyGitOps applies, server-side as a GitOps tool does, the v1alpha1 manifest whose
+// endpoints are not in name order (widgetenv.WriteGitOpsManifest), into namespace.
+func (w *e2e) applyGitOps(namespace string) {
+	w.t.Helper()
+	var err error
+	if w.gitops, err = widgetenv.WriteGitOpsManifest(w.t.TempDir(), namespace); err != nil {
+		w.t.Fatal(err)
+	}
+	w.gitopsNS = namespace
+	w.c.Kubectl(w.t, "apply", "--server-side", "--field-manager=gitops", "-f", w.gitops)
+}
+
+// gitopsUnchanged: where v1alpha1 is served, the manifest's Widget reads back as applied,
+// endpoints in their order, and kubectl diff of the manifest is empty: a GitOps tool sees no
+// drift after the flip, the migration, unserve and every step back.
+func (w *e2e) gitopsUnchanged(stage crd.Stage) {
+	w.t.Helper()
+	if !slices.Contains(widgetenv.Served(stage), "v1alpha1") {
+		return
+	}
+	if err := widgetenv.CheckGitOpsWidget(w.t.Context(), w.cl, w.gitopsNS); err != nil {
+		w.t.Fatalf("%s: %v", stage, err)
+	}
+	ctx, cancel := context.WithTimeout(w.t.Context(), time.Minute)
+	defer cancel()
+	if out, err := w.c.Command(ctx, filepath.Join(w.c.Bin, "kubectl"), "diff", "--server-side", "--field-manager=gitops", "-f", w.gitops).CombinedOutput(); err != nil {
+		w.t.Fatalf("%s: kubectl diff of the applied v1alpha1 manifest is not empty: %v\n%s", stage, err, out)
+	}
 }
 
 func (w *e2e) runHelm(args ...string) (string, error) {

@@ -188,25 +188,11 @@ func (r *rig) verify(stage crd.Stage) {
 }
 
 // applyManifest applies, server-side as a GitOps tool does, a v1alpha1 Widget whose endpoints
-// are not in name order.
+// are not in name order (widgetenv.WriteGitOpsManifest).
 func (r *rig) applyManifest() {
 	r.t.Helper()
-	r.manifest = filepath.Join(r.t.TempDir(), "gitops.yaml")
-	if err := os.WriteFile(r.manifest, []byte(`apiVersion: widgetry.io/v1alpha1
-kind: Widget
-metadata:
-  name: ordered
-  namespace: `+gitopsNS+`
-spec:
-  image: registry.example.com/ordered:v1
-  endpoints:
-    - name: web
-      port: 8080
-    - name: admin
-      port: 9000
-    - name: grpc
-      port: 9090
-`), 0o600); err != nil {
+	var err error
+	if r.manifest, err = widgetenv.WriteGitOpsManifest(r.t.TempDir(), gitopsNS); err != nil {
 		r.t.Fatal(err)
 	}
 	if out, err := r.env.Kubectl(r.t, "apply", "--server-side", "--field-manager=gitops", "-f", r.manifest); err != nil {
@@ -219,16 +205,8 @@ spec:
 // writes nothing), whatever version it is stored in.
 func (r *rig) manifestUnchanged(stage crd.Stage) {
 	r.t.Helper()
-	got := &v1alpha1.Widget{}
-	if err := r.env.Client.Get(context.Background(), client.ObjectKey{Namespace: gitopsNS, Name: "ordered"}, got); err != nil {
-		r.t.Fatalf("%s: read the manifest's Widget through v1alpha1: %v", stage, err)
-	}
-	var names []string
-	for _, e := range got.Spec.Endpoints {
-		names = append(names, e.Name)
-	}
-	if strings.Join(names, ",") != "web,admin,grpc" {
-		r.t.Fatalf("%s: the manifest's endpoints read back through v1alpha1 as %v, want the order applied: web, admin, grpc", stage, names)
+	if err := widgetenv.CheckGitOpsWidget(context.Background(), r.env.Client, gitopsNS); err != nil {
+		r.t.Fatalf("%s: %v", stage, err)
 	}
 	if out, err := r.env.Kubectl(r.t, "diff", "--server-side", "--field-manager=gitops", "-f", r.manifest); err != nil {
 		r.t.Fatalf("%s: kubectl diff of the applied v1alpha1 manifest is not empty: %v\n%s", stage, err, out)
