@@ -95,9 +95,13 @@ type Instance struct {
 	Switched bool `json:"switched"`
 	// Problem says why it has not switched.
 	Problem string `json:"problem,omitempty"`
+}
 
-	// reporting is when the instance first reported the storage version's hash in the current
-	// run of such answers (zero: its last answer did not).
+// tracked is an instance as the waiter follows it.
+type tracked struct {
+	Instance
+	// reporting is when the instance first reported the storage version's hash in its
+	// current run of such answers (zero: its last answer did not).
 	reporting time.Time
 }
 
@@ -224,7 +228,7 @@ type waiter struct {
 	path, resource string
 	versions       map[string]string // hash -> CRD version, to name what a lagging instance writes
 	res            *Result
-	instances      map[string]*Instance
+	instances      map[string]*tracked
 	settle         time.Duration
 }
 
@@ -236,7 +240,7 @@ func newWaiter(ctx context.Context, c client.Reader, cfg *rest.Config, crdName s
 		}
 		return nil, fmt.Errorf("read CRD %s: %w", crdName, err)
 	}
-	w := &waiter{c: c, log: opts.Logger, versions: map[string]string{}, instances: map[string]*Instance{},
+	w := &waiter{c: c, log: opts.Logger, versions: map[string]string{}, instances: map[string]*tracked{},
 		res: &Result{CRD: crdName}, resource: crd.Status.AcceptedNames.Plural, settle: opts.Settle}
 	if w.resource == "" {
 		w.resource = crd.Spec.Names.Plural
@@ -274,7 +278,7 @@ func newWaiter(ctx context.Context, c client.Reader, cfg *rest.Config, crdName s
 func (w *waiter) add(addrs []string) {
 	for _, a := range addrs {
 		if w.instances[a] == nil {
-			w.instances[a] = &Instance{Address: a, Problem: "not asked yet"}
+			w.instances[a] = &tracked{Instance: Instance{Address: a, Problem: "not asked yet"}}
 			w.log.Info("waiting for kube-apiserver instance", "address", a, "crd", w.res.CRD, "storageVersion", w.res.StorageVersion)
 		}
 	}
@@ -304,7 +308,7 @@ func (w *waiter) poll(ctx context.Context) (bool, error) {
 }
 
 // ask reads one instance's discovery document of the CRD's group-version.
-func (w *waiter) ask(ctx context.Context, in *Instance) {
+func (w *waiter) ask(ctx context.Context, in *tracked) {
 	reporting := in.reporting
 	in.reporting = time.Time{} // every answer but the storage version's hash ends the run
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+in.Address+w.path, nil)
@@ -373,7 +377,7 @@ func (w *waiter) ask(ctx context.Context, in *Instance) {
 func (w *waiter) snapshot() []Instance {
 	var out []Instance
 	for _, a := range slices.Sorted(maps.Keys(w.instances)) {
-		out = append(out, *w.instances[a])
+		out = append(out, w.instances[a].Instance)
 	}
 	return out
 }
