@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"testing"
@@ -331,6 +332,16 @@ func (a *attacker) trickledHeaders(port int, secure bool, n int, hold time.Durat
 	return open, worst
 }
 
+// Keys of inventedTokens' answers that are not HTTP statuses.
+const (
+	// notSent: the request failed before it was written (the connection was refused or
+	// closed by the listener's connection limit, which the trickled headers fill): the server
+	// never saw its token, so it cost no TokenReview.
+	notSent = 0
+	// sentNoAnswer: written, then no answer; counted as reviewed, since it may have cost one.
+	sentNoAnswer = -1
+)
+
 // inventedTokens sends n metrics requests with invented bearer tokens to every pod and counts
 // the answers by status: after the first few (each a TokenReview), 429s that cost nothing.
 func (a *attacker) inventedTokens(n int) map[int]int {
@@ -346,9 +357,17 @@ func (a *attacker) inventedTokens(n int) map[int]int {
 				a.t.Fatal(err)
 			}
 			req.Header.Set("Authorization", fmt.Sprintf("Bearer invented-%d", i))
+			wrote := false
+			req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+				WroteRequest: func(info httptrace.WroteRequestInfo) { wrote = info.Err == nil },
+			}))
 			resp, err := client.Do(req)
 			if err != nil {
-				answers[0]++
+				if wrote {
+					answers[sentNoAnswer]++
+				} else {
+					answers[notSent]++
+				}
 				continue
 			}
 			_, _ = io.Copy(io.Discard, resp.Body)
