@@ -186,6 +186,9 @@ type Report struct {
 	Added   []string `json:"added,omitempty"`
 	// Changed are "version namespace/name: path: backup != live" for every field that differs.
 	Changed []string `json:"changed,omitempty"`
+	// Recreated are objects of the backup deleted and created again since (by a restore, for
+	// one): matched by namespace and name, their fields compared, listed with both uids.
+	Recreated []string `json:"recreated,omitempty"`
 }
 
 // OK reports whether every object of the backup is still there with the same fields.
@@ -232,11 +235,19 @@ func Compare(ctx context.Context, c client.Client, b *Backup) (*Report, error) {
 		}
 		return nil, fmt.Errorf("the backup holds the objects as %v show them, the cluster serves %v: no version to compare through (take backups where both versions are served, from add-version to migrate)", b.Versions, served)
 	}
-	missing, added := map[string]bool{}, map[string]bool{}
+	missing, added, recreated := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, v := range r.Versions {
 		list, err := listAll(ctx, c, live, v)
 		if err != nil {
 			return nil, err
+		}
+		byKey := map[string]*unstructured.Unstructured{}
+		for _, o := range b.Objects[v] {
+			byKey[key(o)] = o
+		}
+		liveUIDs := map[string]bool{}
+		for i := range list.Items {
+			liveUIDs[string(list.Items[i].GetUID())] = true
 		}
 		seen := map[string]bool{}
 		for i := range list.Items {
@@ -245,8 +256,14 @@ func Compare(ctx context.Context, c client.Client, b *Backup) (*Report, error) {
 			seen[uid] = true
 			old, ok := b.Objects[v][uid]
 			if !ok {
-				added[key(o)] = true
-				continue
+				// The same name under a new uid is the backup's object created again, as
+				// long as the backup's uid is not alive under another name.
+				if old, ok = byKey[key(o)]; !ok || liveUIDs[string(old.GetUID())] {
+					added[key(o)] = true
+					continue
+				}
+				seen[string(old.GetUID())] = true
+				recreated[fmt.Sprintf("%s (uid %s, was %s)", key(o), uid, old.GetUID())] = true
 			}
 			r.Compared[v]++
 			for _, d := range fielddiff.Diff(compared(old), compared(o)) {
@@ -261,6 +278,7 @@ func Compare(ctx context.Context, c client.Client, b *Backup) (*Report, error) {
 	}
 	r.Missing = slices.Sorted(maps.Keys(missing))
 	r.Added = slices.Sorted(maps.Keys(added))
+	r.Recreated = slices.Sorted(maps.Keys(recreated))
 	slices.Sort(r.Changed)
 	return r, nil
 }

@@ -73,6 +73,7 @@ var Subcommands = []func(*GlobalOptions) *cobra.Command{
 	NewMigrateCommand,
 	NewVerifyCommand,
 	NewBackupCommand,
+	NewRestoreCommand,
 	NewCleanupFinalizersCommand,
 	NewSelftestCommand,
 	NewWaitWebhooksCommand,

@@ -151,7 +151,12 @@ func TestUpgradeCommands(t *testing.T) {
 	if !strings.Contains(out, "Old version traffic") || !strings.Contains(out, "widgets.widgetry.io/v1alpha1 requests since") || !strings.Contains(out, ": none, counted by 1") {
 		t.Errorf("status after a window without v1alpha1 requests:\n%s", out)
 	}
-	expect(cli.ExitDone, append([]string{"upgrade", "apply", "--to", "unserve"}, traffic...)...)
+	out, _ = expect(cli.ExitDone, append([]string{"upgrade", "apply", "--to", "unserve"}, traffic...)...)
+	// No backup was taken in this walk: the backup-drilled check warns, without refusing.
+	if !strings.Contains(out, "check backup-drilled") || !strings.Contains(out, "ok: WARNING: no backup of widgets.widgetry.io is recorded in namespace") ||
+		!strings.Contains(out, "widgetctl restore --from DIR --drill") {
+		t.Errorf("apply --to unserve without a drilled backup:\n%s", out)
+	}
 	if s := stage(); s["stage"] != "unserve" {
 		t.Fatalf("stage %v after apply --to unserve", s["stage"])
 	}

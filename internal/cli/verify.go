@@ -104,6 +104,9 @@ func verifyAgainst(cmd *cobra.Command, g *GlobalOptions, e *engine, dir string) 
 		for _, c := range r.Changed {
 			fmt.Fprintln(g.Stdout, "CHANGED", c)
 		}
+		for _, c := range r.Recreated {
+			fmt.Fprintln(g.Stdout, "RECREATED", c)
+		}
 		if len(r.Added) > 0 {
 			fmt.Fprintf(g.Stdout, "%d object(s) created since the backup (not compared)\n", len(r.Added))
 		}

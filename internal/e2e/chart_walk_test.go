@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/widgetry/widget-operator/internal/backup"
 	widgetchart "github.com/widgetry/widget-operator/internal/chart"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/scheme"
@@ -136,6 +137,9 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 	for _, stage := range crd.Stages[1:] {
 		values := "apiUpgrade.stage=" + string(stage)
 		if stage == crd.StageUnserve {
+			if viaUninstall {
+				w.drillBackup()
+			}
 			values = w.unserveAfterTraffic(viaUninstall)
 		}
 		if stage == crd.StageFlipStorage && viaUninstall {
@@ -146,6 +150,15 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 		start := time.Now()
 		out := w.mustHelm("upgrade", "widget-operator", chart, "--reuse-values", "--set", values, "--wait", "--timeout", "5m")
 		t.Logf("helm upgrade to %s: %s", stage, time.Since(start).Round(time.Second))
+		if stage == crd.StageUnserve {
+			want := "WARNING: no backup of widgets.widgetry.io is recorded in namespace " + releaseNamespace + ", so none was drilled"
+			if viaUninstall {
+				want = "objects restored and read back"
+			}
+			if !strings.Contains(out, want) {
+				t.Errorf("helm upgrade to unserve does not print the backup-drilled check's %q:\n%s", want, out)
+			}
+		}
 		if stage == crd.StageFlipStorage {
 			want := "WARNING: no backup of widgets.widgetry.io is recorded in namespace " + releaseNamespace
 			if viaUninstall {
@@ -234,6 +247,30 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 // seen refusing and no stage is tried twice.
 func refuseUninstallIn(stage crd.Stage, helm4 bool) bool {
 	return (stage == crd.StageFlipStorage) == helm4
+}
+
+// drillBackup takes the backup the unserve runbook asks for (after the flip) and drills it, as
+// on-call would, with the operator reconciling the drilled Widgets meanwhile; it waits until
+// the scratch namespaces are gone so that the rest of the walk sees only its own fleet.
+func (w *e2e) drillBackup() {
+	w.t.Helper()
+	dir := filepath.Join(w.t.TempDir(), "after-the-flip")
+	bin := filepath.Join(w.c.Bin, "widgetctl")
+	w.c.Run(w.t, bin, "backup", "--out", dir, "--records-namespace", releaseNamespace)
+	out := w.c.Run(w.t, bin, "restore", "--from", dir, "--drill", "--drill-prefix", "walk-drill", "--records-namespace", releaseNamespace)
+	if !strings.Contains(out, "ok: the backup restores every object as it was backed up") {
+		w.t.Errorf("the restore drill on the real node:\n%s", out)
+	}
+	testenv.Eventually(w.t, 3*time.Minute, "the drill's scratch namespaces gone", func() error {
+		list := &corev1.NamespaceList{}
+		if err := w.cl.List(context.Background(), list, client.MatchingLabels{backup.DrillLabel: "walk-drill"}); err != nil {
+			return err
+		}
+		if len(list.Items) > 0 {
+			return fmt.Errorf("%d left", len(list.Items))
+		}
+		return nil
+	})
 }
 
 // unserveAfterTraffic: the walk's fleet wrote and read through v1alpha1 since the storage

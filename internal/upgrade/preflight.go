@@ -3,6 +3,7 @@ package upgrade
 import (
 	"context"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -102,6 +103,8 @@ func runCheck(ctx context.Context, cl Clients, cfg Config, o *Observation, s Ste
 		return oldVersionTraffic(ctx, cl.Client, cl.Traffic, cfg, o.live, s.To)
 	case CheckBackupRecorded:
 		return backupRecorded(ctx, cl, cfg), nil
+	case CheckRestoreDrilled:
+		return restoreDrilled(ctx, cl, cfg), nil
 	}
 	return "", runPlainCheck(ctx, cl, cfg, o, check)
 }
@@ -268,4 +271,40 @@ func backupRecorded(ctx context.Context, cl Clients, cfg Config) string {
 			cfg.CRD, cl.RecordsNamespace, cfg.CRD, cl.RecordsNamespace, cfg.Runbook(crd.StageFlipStorage))
 	}
 	return fmt.Sprintf("backup of %v objects taken %s ago (%s on %s)", r.Objects, time.Since(r.Time).Round(time.Second), r.Dir, r.Host)
+}
+
+// restoreDrilled warns, without refusing yet, unless the recorded backup was taken after the
+// storage flip (it holds the objects through the new version, which is all a restore can
+// write through once the old one goes) and a restore drill of it passed (seed 001: "backup and
+// restore verified" before the old version is removed).
+func restoreDrilled(ctx context.Context, cl Clients, cfg Config) string {
+	todo := fmt.Sprintf("widgetctl backup --out DIR --records-namespace %s, then widgetctl restore --from DIR --drill --records-namespace %s (%s)",
+		cl.RecordsNamespace, cl.RecordsNamespace, restoreRunbook(cfg))
+	if cl.RecordsNamespace == "" {
+		return "WARNING: no namespace to read the backup record from: pass --records-namespace (the release namespace)"
+	}
+	r, err := backup.LastRecord(ctx, cl.Client, cl.RecordsNamespace, cfg.CRD)
+	switch {
+	case err != nil:
+		return "WARNING: " + err.Error()
+	case r == nil:
+		return fmt.Sprintf("WARNING: no backup of %s is recorded in namespace %s, so none was drilled; before the old version goes: %s", cfg.CRD, cl.RecordsNamespace, todo)
+	case r.StorageVersion != cfg.New:
+		return fmt.Sprintf("WARNING: the recorded backup (%s) was taken with %s as the storage version, before the flip; take one now and drill it: %s", r.Time.Format(time.RFC3339), r.StorageVersion, todo)
+	}
+	d, err := backup.LastDrill(ctx, cl.Client, cl.RecordsNamespace, cfg.CRD)
+	switch {
+	case err != nil:
+		return "WARNING: " + err.Error()
+	case d == nil || !d.BackupTime.Equal(r.Time):
+		return fmt.Sprintf("WARNING: the recorded backup (%s, %s) has not been drilled: widgetctl restore --from %s --drill --records-namespace %s", r.Time.Format(time.RFC3339), r.Dir, r.Dir, cl.RecordsNamespace)
+	case !d.OK:
+		return fmt.Sprintf("WARNING: the drill of the recorded backup (%s) failed for %d object(s) on %s: that backup would not restore them; see %s", r.Dir, d.Failed, d.Time.Format(time.RFC3339), restoreRunbook(cfg))
+	}
+	return fmt.Sprintf("backup %s (taken %s ago) drilled %s ago: %d objects restored and read back", r.Dir, time.Since(r.Time).Round(time.Second), time.Since(d.Time).Round(time.Second), d.Objects)
+}
+
+// restoreRunbook is the restore procedure, beside the upgrade runbooks.
+func restoreRunbook(cfg Config) string {
+	return path.Join(path.Dir(cfg.RunbookDir), "procedures", "restore.md")
 }
