@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -48,7 +47,7 @@ func TestReleaseOnAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	chart, _ := filepath.Abs(chartDir)
-	helmRun := helmOn(t, env, ns)
+	helmRun := testenv.HelmOn(t, env, ns)
 	ca := base64.StdEncoding.EncodeToString(testcerts.NewCA(t, "cainjector stand-in").PEM)
 	webhookConfigs := []schema.GroupVersionKind{
 		{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "MutatingWebhookConfiguration"},
@@ -180,23 +179,5 @@ func TestReleaseOnAPIServer(t *testing.T) {
 		if !ok {
 			return
 		}
-	}
-}
-
-// helmOn returns a runner of a Helm CLI (a path from helms) against env's apiserver in
-// namespace ns, with cache, config and data homes of its own; its output is returned whole.
-// upgrade and rollback keep every revision (Helm keeps 10 by default; walks roll back further).
-func helmOn(t *testing.T, env *testenv.Env, ns string) func(t *testing.T, helm string, args ...string) (string, error) {
-	t.Helper()
-	home := t.TempDir()
-	return func(t *testing.T, helm string, args ...string) (string, error) {
-		t.Helper()
-		if args[0] == "upgrade" || args[0] == "rollback" {
-			args = append(args, "--history-max", "0")
-		}
-		cmd := exec.CommandContext(t.Context(), helm, append([]string{"--kubeconfig", env.Kubeconfig, "--namespace", ns}, args...)...)
-		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
-		out, err := cmd.CombinedOutput()
-		return string(out), err
 	}
 }

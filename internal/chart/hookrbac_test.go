@@ -35,7 +35,7 @@ func TestHookRBACGoneAfterFailedHook(t *testing.T) {
 			if _, err := env.Kubectl(t, "create", "namespace", ns); err != nil {
 				t.Fatal(err)
 			}
-			helmRun := helmOn(t, env, ns)
+			helmRun := testenv.HelmOn(t, env, ns)
 			out, err := helmRun(t, hs[name], "install", "widget-operator", chart, "--timeout", "5s")
 			if err == nil || !strings.Contains(out, "failed pre-install") {
 				t.Fatalf("helm install with a preflight that never runs: %v, want the pre-install phase to fail\n%s", err, out)

@@ -56,7 +56,7 @@ func TestAdmissionWithoutHooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	chart, _ := filepath.Abs(chartDir)
-	helmRun := helmOn(t, env, ns)
+	helmRun := testenv.HelmOn(t, env, ns)
 	admissionObjects := []struct{ kind, resource, name string }{
 		{"MutatingWebhookConfiguration", "mutatingwebhookconfigurations", "widget-operator"},
 		{"ValidatingWebhookConfiguration", "validatingwebhookconfigurations", "widget-operator"},

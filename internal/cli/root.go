@@ -74,6 +74,8 @@ var Subcommands = []func(*GlobalOptions) *cobra.Command{
 	NewVerifyCommand,
 	NewBackupCommand,
 	NewRestoreCommand,
+	NewCensusCommand,
+	NewMigrateReleaseCommand,
 	NewCleanupFinalizersCommand,
 	NewSelftestCommand,
 	NewWaitWebhooksCommand,

@@ -95,7 +95,7 @@ func Gather(ctx context.Context, o Options) (*Report, error) {
 	var err error
 	if o.HelmStorage {
 		var st *storage.Storage
-		if st, err = releaseStorage(o.Clientset, o.Namespace, o.HelmDriver); err == nil {
+		if st, err = ReleaseStorage(o.Clientset, o.Namespace, o.HelmDriver); err == nil {
 			r.Release, err = readRelease(st, o.Release)
 		}
 	} else {

@@ -53,9 +53,9 @@ type Hook struct {
 	Superseded bool `json:"superseded,omitempty"`
 }
 
-// releaseStorage is Helm's storage of namespace's releases for the driver Helm uses
+// ReleaseStorage is Helm's storage of namespace's releases for the driver Helm uses
 // (HELM_DRIVER: secret, the default, or configmap).
-func releaseStorage(cs kubernetes.Interface, namespace, helmDriver string) (*storage.Storage, error) {
+func ReleaseStorage(cs kubernetes.Interface, namespace, helmDriver string) (*storage.Storage, error) {
 	switch helmDriver {
 	case "", "secret", "secrets":
 		return storage.Init(driver.NewSecrets(cs.CoreV1().Secrets(namespace))), nil
