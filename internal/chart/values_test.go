@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -517,6 +518,31 @@ var valueCases = []valueCase{{
 		if d == nil || d.Annotations["helm.sh/hook"] != "post-install,post-upgrade" || d.Annotations["helm.sh/hook-weight"] != "1" ||
 			!slices.Equal(d.Spec.Template.Spec.Containers[0].Args, []string{"migrate", "--crd", "widgets.widgetry.io", "--progress-namespace", "widget-system", "--seal-checkpoints", "--drop-managed-fields-of", "v1alpha1"}) {
 			t.Errorf("drop-managed-fields Job: %+v", d)
+		}
+	},
+}, {
+	name: "census: the hooks may list Helm's release records only when asked; the override reaches the preflight",
+	kv:   []any{"apiUpgrade.stage", "unserve", "apiUpgrade.census.rbac", true, "apiUpgrade.census.allowReason", "INC-9: shop moves next sprint"},
+	check: func(t *testing.T, objs helmtemplate.Objects) {
+		a := job(t, objs, "widget-operator-preflight").Spec.Template.Spec.Containers[0].Args
+		if !slices.Contains(a, "--allow-old-release-manifests=INC-9: shop moves next sprint") {
+			t.Errorf("preflight args %v lack the census override", a)
+		}
+		r := &rbacv1.ClusterRole{}
+		if err := helmtemplate.Into(objs.Get("ClusterRole", "widget-operator-hooks"), r); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(r.Rules, func(rule rbacv1.PolicyRule) bool {
+			return slices.Equal(rule.Resources, []string{"secrets", "configmaps"}) && slices.Equal(rule.Verbs, []string{"list"}) && len(rule.ResourceNames) == 0
+		}) {
+			t.Errorf("the hooks' ClusterRole with apiUpgrade.census.rbac: %+v", r.Rules)
+		}
+		def := render(t, map[string]any{"apiUpgrade": map[string]any{"stage": "unserve"}})
+		if err := helmtemplate.Into(def.Get("ClusterRole", "widget-operator-hooks"), r); err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(r.Rules, func(rule rbacv1.PolicyRule) bool { return slices.Contains(rule.Resources, "secrets") }) {
+			t.Errorf("the hooks list Secrets by default: %+v", r.Rules)
 		}
 	},
 }, {

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -140,6 +141,29 @@ func TestCensusAndMigrateRelease(t *testing.T) {
 			}
 			if _, err := m.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, ProgressNamespace: "widget-system", Backend: migrate.BackendClient}); err != nil {
 				t.Fatal(err)
+			}
+			// The preflight of unserve runs the census and refuses, naming each release and the
+			// command that moves it; an override is taken with its reason, recorded on the CRD.
+			preflight := []string{"upgrade", "preflight", "--to", "unserve", "--records-namespace", "widget-system", "--apiserver-instances=" + u.Host}
+			out := expect(cli.ExitRefused, preflight...)
+			for _, want := range []string{"no-release-manifest-of-old: 2 Helm release revision(s) declare widgets through v1alpha1", "Helm release shop/shop revision 1",
+				"widgetctl migrate-release legacy -n legacy; widgetctl migrate-release shop -n shop", "apiUpgrade.census.allowReason"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("preflight --to unserve with v1alpha1 releases lacks %q:\n%s", want, out)
+				}
+			}
+			out = expect(cli.ExitRefused, append(preflight, "--allow-old-release-manifests=census test")...)
+			if !strings.Contains(out, `ok: overridden ("census test"): 2 Helm release revision(s)`) || !strings.Contains(out, "no-old-version-traffic") {
+				t.Errorf("preflight --to unserve with the census overridden (the traffic check refuses next):\n%s", out)
+			}
+			events := &corev1.EventList{}
+			if err := env.Client.List(ctx, events, client.InNamespace("default")); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
+				return e.Reason == "OldReleaseManifestsOverridden" && strings.Contains(e.Message, "census test")
+			}) {
+				t.Errorf("no OldReleaseManifestsOverridden event with the reason: %+v", events.Items)
 			}
 		case crd.StageUnserve:
 			expect(cli.ExitDone, "migrate", "--crd", crd.WidgetName, "--progress-namespace", "widget-system", "--apiserver-instances="+u.Host, "--drop-managed-fields-of", "v1alpha1")

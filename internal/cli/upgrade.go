@@ -8,12 +8,14 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/widgetry/widget-operator/internal/apiservers"
 	"github.com/widgetry/widget-operator/internal/apitraffic"
+	"github.com/widgetry/widget-operator/internal/census"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/upgrade"
@@ -45,6 +47,8 @@ type upgradeFlags struct {
 	to            string
 	webhookURL    string
 	traffic       trafficFlags
+	// allowOldManifests overrides the census of Helm releases (a reason).
+	allowOldManifests string
 }
 
 // trafficFlags tune the count of requests through the old version (the preflight of unserve
@@ -91,6 +95,7 @@ func (f *upgradeFlags) bind(cmd *cobra.Command, withTarget bool) {
 	fl.StringVar(&f.crd, "crd", crd.WidgetName, "name of the CustomResourceDefinition")
 	fl.StringVar(&f.old, "old-version", "v1alpha1", "the version being retired")
 	fl.StringVar(&f.new, "new-version", "v1", "the version replacing it")
+	fl.StringVar(&f.allowOldManifests, "allow-old-release-manifests", "", "let unserve or remove through despite Helm releases whose stored manifests declare the CRD's kind through the old version (widgetctl census lists them); the reason is recorded in an event on the CRD")
 	fl.StringVar(&f.webhookURL, "webhook-url", "", "reach the conversion webhook here, verifying its certificate against the CRD's caBundle (the chart's hooks name the Service); by default the probe goes through the apiserver's service proxy, which needs only the kubeconfig")
 	f.traffic.bind(fl)
 	if withTarget {
@@ -137,8 +142,16 @@ func newEngine(ctx context.Context, g *GlobalOptions, f *upgradeFlags) (*engine,
 	if err != nil {
 		return nil, err
 	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("create a client: %w", err)
+	}
 	return &engine{cfg: cfg, apiservers: f.traffic.apiservers, clients: upgrade.Clients{Client: c, Metadata: md, DryRunNamespace: g.Namespace(),
-		Probe: upgrade.ProbeOptions{URL: f.webhookURL, APIServer: rc}, Traffic: traffic, RecordsNamespace: records}}, nil
+		Probe: upgrade.ProbeOptions{URL: f.webhookURL, APIServer: rc}, Traffic: traffic, RecordsNamespace: records,
+		Census: func(apiVersion, kind string) ([]census.Finding, error) {
+			return census.HelmReleases(cs, apiVersion, kind)
+		},
+		AllowOldManifestsReason: f.allowOldManifests}}, nil
 }
 
 func (e *engine) observe(ctx context.Context) (*upgrade.Observation, error) {

@@ -49,6 +49,7 @@ const (
 	CheckOldTraffic       Check = "no-old-version-traffic"
 	CheckBackupRecorded   Check = "backup-recorded"
 	CheckRestoreDrilled   Check = "backup-drilled"
+	CheckOldManifests     Check = "no-release-manifest-of-old"
 )
 
 // Step moves one stage forward or back, stays at a stage (a new build), or repairs an
@@ -206,10 +207,10 @@ func step(cfg Config, from, to crd.Stage) Step {
 		s.Checks = append(base, CheckWebhookProbe)
 	case from == crd.StageMigrate && to == crd.StageUnserve:
 		s.Change = fmt.Sprintf("stop serving %s", cfg.Old)
-		s.Checks = append(base, CheckOnlyNewStored, CheckOwnerReferences, CheckRestoreDrilled, CheckOldTraffic)
+		s.Checks = append(base, CheckOnlyNewStored, CheckOwnerReferences, CheckRestoreDrilled, CheckOldManifests, CheckOldTraffic)
 	case from == crd.StageUnserve && to == crd.StageRemove:
 		s.Change = fmt.Sprintf("remove %s from spec.versions (a rollback defines it again, not served)", cfg.Old)
-		s.Checks = append(base, CheckOnlyNewStored, CheckOwnerReferences, CheckOldManagedFields, CheckRestoreDrilled, CheckOldTraffic)
+		s.Checks = append(base, CheckOnlyNewStored, CheckOwnerReferences, CheckOldManagedFields, CheckRestoreDrilled, CheckOldManifests, CheckOldTraffic)
 	case from == crd.StageRemove && to == crd.StageUnserve:
 		s.Change = fmt.Sprintf("define %s again, not served", cfg.Old)
 		s.Checks = base

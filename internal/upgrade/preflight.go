@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/widgetry/widget-operator/internal/backup"
+	"github.com/widgetry/widget-operator/internal/census"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/metalist"
 )
@@ -32,6 +33,12 @@ type Clients struct {
 	Traffic *TrafficCheck
 	// RecordsNamespace is where backups are recorded (the release namespace).
 	RecordsNamespace string
+	// Census lists the Helm release revisions that declare kind through apiVersion (the
+	// CRD's kind through Old); nil skips the check with a warning.
+	Census func(apiVersion, kind string) ([]census.Finding, error)
+	// AllowOldManifestsReason lets unserve and remove through despite such releases; it is
+	// recorded as a Warning event on the CRD.
+	AllowOldManifestsReason string
 }
 
 // CheckResult is the outcome of one check.
@@ -88,6 +95,9 @@ func nextSafeStep(cfg Config, o *Observation, s Step, check Check) string {
 	case CheckOldTraffic:
 		return fmt.Sprintf("stay at %s until the clients moved to %s; or, knowing the cost, override with a reason (helm: --set apiUpgrade.oldVersionTraffic.allowReason=<why>; widgetctl: --allow-old-version-traffic=<why>), recorded as an event on the CRD (%s)",
 			stageName(o.Stage), cfg.New, cfg.Runbook(s.To))
+	case CheckOldManifests:
+		return fmt.Sprintf("move each release listed: widgetctl migrate-release NAME -n NAMESPACE (and its chart to %s), then retry; or, knowing those releases cannot be upgraded or rolled back after remove, override with a reason (helm: --set apiUpgrade.census.allowReason=<why>; widgetctl: --allow-old-release-manifests=<why>), recorded as an event on the CRD (%s)",
+			cfg.New, cfg.Runbook(s.To))
 	case CheckOldManagedFields:
 		return fmt.Sprintf("drop them: widgetctl migrate --crd %s --drop-managed-fields-of %s (the chart's post-upgrade hook at unserve does), then retry (%s)",
 			cfg.CRD, cfg.Old, cfg.Runbook(crd.StageRemove))
@@ -105,6 +115,8 @@ func runCheck(ctx context.Context, cl Clients, cfg Config, o *Observation, s Ste
 		return backupRecorded(ctx, cl, cfg), nil
 	case CheckRestoreDrilled:
 		return restoreDrilled(ctx, cl, cfg), nil
+	case CheckOldManifests:
+		return oldManifests(ctx, cl, cfg, o.live, s.To)
 	}
 	return "", runPlainCheck(ctx, cl, cfg, o, check)
 }

@@ -226,21 +226,21 @@ func oldVersionTraffic(ctx context.Context, c client.Client, tc *TrafficCheck, c
 		return "", problem
 	}
 	note := fmt.Sprintf("overridden (%q): %v", tc.AllowReason, problem)
-	if err := recordOverride(ctx, c, live, to, note); err != nil {
+	if err := recordOverride(ctx, c, live, to, "OldVersionTrafficOverridden", note); err != nil {
 		return "", fmt.Errorf("the override of the traffic check could not be recorded, so it is not taken: %w", err)
 	}
 	return note, nil
 }
 
-// recordOverride records an override of the traffic check as a Warning event on the CRD
+// recordOverride records an override of a check as a Warning event on the CRD with reason
 // (kubectl describe crd shows it; events of a cluster-scoped object live in "default").
-func recordOverride(ctx context.Context, c client.Client, live *apiextensionsv1.CustomResourceDefinition, to crd.Stage, note string) error {
+func recordOverride(ctx context.Context, c client.Client, live *apiextensionsv1.CustomResourceDefinition, to crd.Stage, reason, note string) error {
 	now := metav1.NewTime(time.Now())
 	ev := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, GenerateName: live.Name + "."},
 		InvolvedObject: corev1.ObjectReference{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition",
 			Name: live.Name, UID: live.UID, ResourceVersion: live.ResourceVersion},
-		Reason: "OldVersionTrafficOverridden", Type: corev1.EventTypeWarning,
+		Reason: reason, Type: corev1.EventTypeWarning,
 		Message: truncate(fmt.Sprintf("stage %s: %s", to, note), 1000), Source: corev1.EventSource{Component: "widgetctl"},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
