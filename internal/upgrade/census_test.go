@@ -30,7 +30,10 @@ func TestOldManifestsCheck(t *testing.T) {
 		{Driver: "Secret", Namespace: "shop", Release: "shop", Revision: 2, Status: "superseded", Objects: []string{"shop/web (shop/templates/widget.yaml)"}},
 	}
 	var asked string
-	withFound := func(apiVersion, kind string) ([]census.Finding, error) { asked = apiVersion + " " + kind; return found, nil }
+	withFound := func(apiVersion, kind string) ([]census.Finding, error) {
+		asked = apiVersion + " " + kind
+		return found, nil
+	}
 	forbidden := func(string, string) ([]census.Finding, error) {
 		return nil, errors.Join(errors.New("list: failed to list"), apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "", errors.New("no")))
 	}
