@@ -71,9 +71,9 @@ func Write(ctx context.Context, c client.Client, crdName, dir, server string, no
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	live := &apiextensionsv1.CustomResourceDefinition{}
-	if err := c.Get(ctx, client.ObjectKey{Name: crdName}, live); err != nil {
-		return nil, fmt.Errorf("read CRD %s: %w", crdName, err)
+	live, err := readCRD(ctx, c, crdName)
+	if err != nil {
+		return nil, err
 	}
 	m := &Manifest{CRD: crdName, Time: now.UTC(), Server: server, StoredVersions: live.Status.StoredVersions, Objects: map[string]int{}}
 	for _, v := range live.Spec.Versions {
@@ -116,6 +116,15 @@ func listAll(ctx context.Context, c client.Client, live *apiextensionsv1.CustomR
 		return nil, fmt.Errorf("list %s through %s: %w", live.Spec.Names.Plural, version, err)
 	}
 	return all, nil
+}
+
+// readCRD reads the CRD a backup is of.
+func readCRD(ctx context.Context, c client.Client, name string) (*apiextensionsv1.CustomResourceDefinition, error) {
+	live := &apiextensionsv1.CustomResourceDefinition{}
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, live); err != nil {
+		return nil, fmt.Errorf("read CRD %s: %w", name, err)
+	}
+	return live, nil
 }
 
 func writeJSON(path string, v any) error {
@@ -216,9 +225,9 @@ func compared(o *unstructured.Unstructured) map[string]any {
 // compares it with the backup by UID, field by field (spec, name, labels, annotations,
 // finalizers, owner references).
 func Compare(ctx context.Context, c client.Client, b *Backup) (*Report, error) {
-	live := &apiextensionsv1.CustomResourceDefinition{}
-	if err := c.Get(ctx, client.ObjectKey{Name: b.Manifest.CRD}, live); err != nil {
-		return nil, fmt.Errorf("read CRD %s: %w", b.Manifest.CRD, err)
+	live, err := readCRD(ctx, c, b.Manifest.CRD)
+	if err != nil {
+		return nil, err
 	}
 	r := &Report{Compared: map[string]int{}}
 	for _, v := range live.Spec.Versions {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -78,9 +77,9 @@ func (r *DrillReport) OK() bool {
 // holds for that version (the conversion of the stored object both ways, as a restore would
 // need it), then deletes the scratch namespaces.
 func Drill(ctx context.Context, c client.Client, b *Backup, opts DrillOptions) (*DrillReport, error) {
-	live := &apiextensionsv1.CustomResourceDefinition{}
-	if err := c.Get(ctx, client.ObjectKey{Name: b.Manifest.CRD}, live); err != nil {
-		return nil, fmt.Errorf("read CRD %s: %w", b.Manifest.CRD, err)
+	live, err := readCRD(ctx, c, b.Manifest.CRD)
+	if err != nil {
+		return nil, err
 	}
 	version, err := restoreVersion(live, b)
 	if err != nil {

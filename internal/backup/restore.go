@@ -121,9 +121,9 @@ func restoreVersion(live *apiextensionsv1.CustomResourceDefinition, b *Backup) (
 // left alone. Restore goes on past an object it cannot write and reports it; after a real run
 // it compares the cluster with the backup (Compare).
 func Restore(ctx context.Context, c client.Client, b *Backup, opts RestoreOptions) (*RestoreReport, error) {
-	live := &apiextensionsv1.CustomResourceDefinition{}
-	if err := c.Get(ctx, client.ObjectKey{Name: b.Manifest.CRD}, live); err != nil {
-		return nil, fmt.Errorf("read CRD %s: %w", b.Manifest.CRD, err)
+	live, err := readCRD(ctx, c, b.Manifest.CRD)
+	if err != nil {
+		return nil, err
 	}
 	version, err := restoreVersion(live, b)
 	if err != nil {

@@ -82,7 +82,7 @@ func HelmReleases(cs kubernetes.Interface, apiVersion, kind string) ([]Finding, 
 func Declared(rel *releasev1.Release, apiVersion, kind string) ([]string, error) {
 	docs, err := helmmanifest.Split(rel.Manifest)
 	if err != nil {
-		return nil, fmt.Errorf("Helm release %s/%s revision %d: %w", rel.Namespace, rel.Name, rel.Version, err)
+		return nil, fmt.Errorf("the Helm release %s/%s revision %d: %w", rel.Namespace, rel.Name, rel.Version, err)
 	}
 	var out []string
 	for _, d := range docs {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,7 +20,6 @@ import (
 	"github.com/widgetry/widget-operator/internal/backup"
 	"github.com/widgetry/widget-operator/internal/cli"
 	"github.com/widgetry/widget-operator/internal/crd"
-	"github.com/widgetry/widget-operator/internal/migrate"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
@@ -61,14 +59,7 @@ func TestBackupVerifyAndRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	expect := func(code int, args ...string) string {
-		t.Helper()
-		got, stdout, stderr := run(t, env, args...)
-		if got != code {
-			t.Fatalf("widgetctl %s: exit %d, want %d\n%s%s", strings.Join(args, " "), got, code, stdout, stderr)
-		}
-		return stdout + stderr
-	}
+	expect := expectExit(t, env)
 	dir := filepath.Join(t.TempDir(), "before-the-flip")
 	out := expect(cli.ExitDone, "backup", "--out", dir, "--records-namespace", "widget-system")
 	if !strings.Contains(out, "map[v1:40 v1alpha1:40]") || !strings.Contains(out, "widget-system/widget-backup-widgets.widgetry.io") {
@@ -86,32 +77,10 @@ func TestBackupVerifyAndRoundTrip(t *testing.T) {
 		t.Errorf("round trip at add-version: %s", out)
 	}
 
-	setStage := func(stage crd.Stage) {
-		t.Helper()
-		live := &apiextensionsv1.CustomResourceDefinition{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: crd.WidgetName}, live); err != nil {
-			t.Fatal(err)
-		}
-		if err := crd.ApplyStageFlags(live, stage); err != nil {
-			t.Fatal(err)
-		}
-		if err := env.Client.Update(ctx, live); err != nil {
-			t.Fatal(err)
-		}
-		if stage == crd.StageFlipStorage {
-			widgetenv.WaitForStorageVersion(t, env, "v1", "widget-system")
-		}
-	}
 	for _, stage := range []crd.Stage{crd.StageFlipStorage, crd.StageMigrate, crd.StageUnserve, crd.StageRemove} {
-		setStage(stage)
+		setStage(t, env, stage)
 		if stage == crd.StageMigrate {
-			m, err := migrate.New(env.Config)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := m.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, ProgressNamespace: "widget-system", Backend: migrate.BackendClient}); err != nil {
-				t.Fatal(err)
-			}
+			migrateAll(t, env)
 		}
 		testenv.Eventually(t, 30*time.Second, "verify --against at "+string(stage), func() error {
 			code, stdout, stderr := run(t, env, "verify", "--against", dir)

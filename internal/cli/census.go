@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/census"
@@ -34,9 +33,9 @@ Exit codes: 0 none found, 1 some found (each listed), 2 could not read.`,
 			if err != nil {
 				return err
 			}
-			cs, err := kubernetes.NewForConfig(rc)
+			cs, err := g.Clientset(rc)
 			if err != nil {
-				return fmt.Errorf("create a client: %w", err)
+				return err
 			}
 			found, err := census.HelmReleases(cs, v1alpha1.GroupVersion.String(), "Widget")
 			if err != nil {

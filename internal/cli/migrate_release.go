@@ -69,9 +69,9 @@ release is read with HELM_DRIVER (secret, the default, or configmap).`,
 			if err != nil {
 				return err
 			}
-			cs, err := kubernetes.NewForConfig(rc)
+			cs, err := g.Clientset(rc)
 			if err != nil {
-				return fmt.Errorf("create a client: %w", err)
+				return err
 			}
 			driver := os.Getenv("HELM_DRIVER")
 			st, err := releasestatus.ReleaseStorage(cs, ns, driver)
@@ -91,14 +91,14 @@ release is read with HELM_DRIVER (secret, the default, or configmap).`,
 			for _, r := range history {
 				rel, ok := r.(*releasev1.Release)
 				if !ok {
-					return fmt.Errorf("Helm release %s is stored in a format this widgetctl does not read (%T)", name, r)
+					return fmt.Errorf("the Helm release %s is stored in a format this widgetctl does not read (%T)", name, r)
 				}
 				if rel.Info != nil && rel.Info.Status.IsPending() {
-					return refused(fmt.Errorf("Helm release %s/%s revision %d is %s: Helm is changing it; wait until it ends, then rerun", ns, name, rel.Version, rel.Info.Status))
+					return refused(fmt.Errorf("the Helm release %s/%s revision %d is %s: Helm is changing it; wait until it ends, then rerun", ns, name, rel.Version, rel.Info.Status))
 				}
 				manifest, c, err := releasemigrate.Rewrite(rel)
 				if err != nil {
-					return refused(fmt.Errorf("Helm release %s/%s: %w", ns, name, err))
+					return refused(fmt.Errorf("the Helm release %s/%s: %w", ns, name, err))
 				}
 				if len(c) > 0 {
 					todo = append(todo, rewrite{rel: rel, manifest: manifest})
@@ -256,7 +256,7 @@ func takeOverFields(cmd *cobra.Command, rc *rest.Config, history []release.Relea
 		// "before-first-apply", and that co-owner would still conflict with Helm's next change
 		// of a value: the fields are Helm's alone.
 		if err := dropManager(cmd, res, applied, "before-first-apply"); err != nil {
-			return owned, fmt.Errorf("Widget %s/%s: %w", wns, obj.GetName(), err)
+			return owned, fmt.Errorf("the Widget %s/%s: %w", wns, obj.GetName(), err)
 		}
 		owned = append(owned, wns+"/"+obj.GetName())
 	}

@@ -12,14 +12,12 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/internal/cli"
 	"github.com/widgetry/widget-operator/internal/crd"
-	"github.com/widgetry/widget-operator/internal/migrate"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
@@ -99,14 +97,7 @@ func TestCensusAndMigrateRelease(t *testing.T) {
 			t.Fatalf("helm install %s: %v\n%s", r.name, err, out)
 		}
 	}
-	expect := func(code int, args ...string) string {
-		t.Helper()
-		got, stdout, stderr := run(t, env, args...)
-		if got != code {
-			t.Fatalf("widgetctl %s: exit %d, want %d\n%s%s", strings.Join(args, " "), got, code, stdout, stderr)
-		}
-		return stdout + stderr
-	}
+	expect := expectExit(t, env)
 	out := expect(cli.ExitRefused, "census")
 	for _, want := range []string{"Helm release legacy/legacy revision 1 (deployed, ConfigMap driver): legacy/web (legacy/templates/widget.yaml)",
 		"Helm release shop/shop revision 1 (deployed, Secret driver): shop/web (shop/templates/widget.yaml)", "2 Helm release revision(s) declare Widgets through v1alpha1"} {
@@ -121,27 +112,10 @@ func TestCensusAndMigrateRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, stage := range []crd.Stage{crd.StageFlipStorage, crd.StageMigrate, crd.StageUnserve, crd.StageRemove} {
-		live := &apiextensionsv1.CustomResourceDefinition{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: crd.WidgetName}, live); err != nil {
-			t.Fatal(err)
-		}
-		if err := crd.ApplyStageFlags(live, stage); err != nil {
-			t.Fatal(err)
-		}
-		if err := env.Client.Update(ctx, live); err != nil {
-			t.Fatal(err)
-		}
+		setStage(t, env, stage)
 		switch stage {
-		case crd.StageFlipStorage:
-			widgetenv.WaitForStorageVersion(t, env, "v1", "widget-system")
 		case crd.StageMigrate:
-			m, err := migrate.New(env.Config)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := m.Migrate(ctx, migrate.Options{CRD: crd.WidgetName, ProgressNamespace: "widget-system", Backend: migrate.BackendClient}); err != nil {
-				t.Fatal(err)
-			}
+			migrateAll(t, env)
 			// The preflight of unserve runs the census and refuses, naming each release and the
 			// command that moves it; an override is taken with its reason, recorded on the CRD.
 			preflight := []string{"upgrade", "preflight", "--to", "unserve", "--records-namespace", "widget-system", "--apiserver-instances=" + u.Host}

@@ -13,10 +13,14 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/internal/cli"
+	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/migrate"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
@@ -28,6 +32,52 @@ func run(t *testing.T, env *testenv.Env, args ...string) (code int, stdout, stde
 	code = cli.Execute(context.Background(), append([]string{"--kubeconfig", env.Kubeconfig}, args...), &out, &errOut)
 	t.Logf("widgetctl %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, out.String(), errOut.String())
 	return code, out.String(), errOut.String()
+}
+
+// expectExit returns a runner of widgetctl against env that fails the test unless the exit
+// code is code, and returns stdout and stderr together.
+func expectExit(t *testing.T, env *testenv.Env) func(code int, args ...string) string {
+	return func(code int, args ...string) string {
+		t.Helper()
+		got, stdout, stderr := run(t, env, args...)
+		if got != code {
+			t.Fatalf("widgetctl %s: exit %d, want %d\n%s%s", strings.Join(args, " "), got, code, stdout, stderr)
+		}
+		return stdout + stderr
+	}
+}
+
+// setStage sets the CRD's flags of stage, as the chart's upgrade to it does, and at
+// flip-storage waits until the apiserver writes v1.
+func setStage(t *testing.T, env *testenv.Env, stage crd.Stage) {
+	t.Helper()
+	ctx := context.Background()
+	live := &apiextensionsv1.CustomResourceDefinition{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: crd.WidgetName}, live); err != nil {
+		t.Fatal(err)
+	}
+	if err := crd.ApplyStageFlags(live, stage); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Update(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	if stage == crd.StageFlipStorage {
+		widgetenv.WaitForStorageVersion(t, env, "v1", "widget-system")
+	}
+}
+
+// migrateAll rewrites every Widget as the storage version and trims storedVersions, as the
+// migrate hook does.
+func migrateAll(t *testing.T, env *testenv.Env) {
+	t.Helper()
+	m, err := migrate.New(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Migrate(context.Background(), migrate.Options{CRD: crd.WidgetName, ProgressNamespace: "widget-system", Backend: migrate.BackendClient}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestMigrateCommand drives `widgetctl migrate` end to end: refusals exit 1 with the next

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -76,26 +75,9 @@ func TestRestoreAndDrill(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	live := &apiextensionsv1.CustomResourceDefinition{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Name: crd.WidgetName}, live); err != nil {
-		t.Fatal(err)
-	}
-	if err := crd.ApplyStageFlags(live, crd.StageFlipStorage); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.Client.Update(ctx, live); err != nil {
-		t.Fatal(err)
-	}
-	widgetenv.WaitForStorageVersion(t, env, "v1", "widget-system")
+	setStage(t, env, crd.StageFlipStorage)
 
-	expect := func(code int, args ...string) string {
-		t.Helper()
-		got, stdout, stderr := run(t, env, args...)
-		if got != code {
-			t.Fatalf("widgetctl %s: exit %d, want %d\n%s%s", strings.Join(args, " "), got, code, stdout, stderr)
-		}
-		return stdout + stderr
-	}
+	expect := expectExit(t, env)
 	dir := filepath.Join(t.TempDir(), "after-the-flip")
 	expect(cli.ExitDone, "backup", "--out", dir, "--records-namespace", "widget-system")
 

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/term"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -137,6 +138,16 @@ func (g *GlobalOptions) NewClient(rc *rest.Config, scheme *runtime.Scheme) (clie
 		return nil, fmt.Errorf("create a client: %w", err)
 	}
 	return gatestate.RecordingReason(c, g.WriteReason()), nil
+}
+
+// Clientset is the typed client of rc, for what controller-runtime's client does not do: Helm's
+// release storage reads through it.
+func (g *GlobalOptions) Clientset(rc *rest.Config) (kubernetes.Interface, error) {
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("create a client: %w", err)
+	}
+	return cs, nil
 }
 
 // NewMigrator is the migrator every command migrates with: its progress object carries

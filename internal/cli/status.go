@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/widgetry/widget-operator/internal/releasestatus"
@@ -51,9 +50,9 @@ Exit codes: 0 nothing wrong, 1 causes found (each listed with its runbook), 2 co
 			if err != nil {
 				return fmt.Errorf("create a client: %w", err)
 			}
-			cs, err := kubernetes.NewForConfig(rc)
+			cs, err := g.Clientset(rc)
 			if err != nil {
-				return fmt.Errorf("create a client: %w", err)
+				return err
 			}
 			ns, err := g.findReleaseNamespace(ctx, c)
 			if err != nil {

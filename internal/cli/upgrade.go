@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -142,9 +141,9 @@ func newEngine(ctx context.Context, g *GlobalOptions, f *upgradeFlags) (*engine,
 	if err != nil {
 		return nil, err
 	}
-	cs, err := kubernetes.NewForConfig(rc)
+	cs, err := g.Clientset(rc)
 	if err != nil {
-		return nil, fmt.Errorf("create a client: %w", err)
+		return nil, err
 	}
 	return &engine{cfg: cfg, apiservers: f.traffic.apiservers, clients: upgrade.Clients{Client: c, Metadata: md, DryRunNamespace: g.Namespace(),
 		Probe: upgrade.ProbeOptions{URL: f.webhookURL, APIServer: rc}, Traffic: traffic, RecordsNamespace: records,
