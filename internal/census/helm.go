@@ -1,8 +1,10 @@
 // Package census finds the places that still declare an object through an API version about
 // to go. Once the version is removed, a Helm release whose stored manifest declares such an
 // object can no longer be upgraded or rolled back ("unable to build kubernetes objects from
-// current release manifest"), and the traffic the upgrade gates count does not show a release
-// upgraded once a month. This package reads every Helm release's stored revisions.
+// current release manifest"), a GitOps tool applying such a manifest fails, and the traffic
+// the upgrade gates count does not show a release upgraded once a month. This package reads
+// every Helm release's stored revisions (Flux HelmReleases included: helm-controller stores
+// them the same way) and the inventories of Argo CD Applications and Flux Kustomizations.
 package census
 
 import (
@@ -17,23 +19,6 @@ import (
 
 	"github.com/widgetry/widget-operator/internal/helmmanifest"
 )
-
-// Finding is one Helm release revision that declares objects through the version.
-type Finding struct {
-	// Driver is where Helm stores the release: "Secret" or "ConfigMap".
-	Driver    string `json:"driver"`
-	Namespace string `json:"namespace"`
-	Release   string `json:"release"`
-	Revision  int    `json:"revision"`
-	Status    string `json:"status"`
-	// Objects are "namespace/name (source template)" of each object declared through the
-	// version; the namespace is the release's when the manifest names none.
-	Objects []string `json:"objects"`
-}
-
-func (f Finding) String() string {
-	return fmt.Sprintf("Helm release %s/%s revision %d (%s, %s driver): %s", f.Namespace, f.Release, f.Revision, f.Status, f.Driver, strings.Join(f.Objects, ", "))
-}
 
 // HelmReleases reads every revision Helm keeps of every release in every namespace, from both
 // drivers (Secret, Helm's default, and ConfigMap), and returns those whose manifest declares a
@@ -68,11 +53,11 @@ func HelmReleases(cs kubernetes.Interface, apiVersion, kind string) ([]Finding, 
 			if rel.Info != nil {
 				status = rel.Info.Status.String()
 			}
-			out = append(out, Finding{Driver: d.name, Namespace: rel.Namespace, Release: rel.Name, Revision: rel.Version, Status: status, Objects: objects})
+			out = append(out, Finding{Source: SourceHelm, Driver: d.name, Namespace: rel.Namespace, Name: rel.Name, Revision: rel.Version, Status: status, Objects: objects})
 		}
 	}
 	slices.SortFunc(out, func(a, b Finding) int {
-		return strings.Compare(fmt.Sprintf("%s/%s/%09d", a.Namespace, a.Release, a.Revision), fmt.Sprintf("%s/%s/%09d", b.Namespace, b.Release, b.Revision))
+		return strings.Compare(fmt.Sprintf("%s/%s/%09d", a.Namespace, a.Name, a.Revision), fmt.Sprintf("%s/%s/%09d", b.Namespace, b.Name, b.Revision))
 	})
 	return out, nil
 }

@@ -537,6 +537,13 @@ var valueCases = []valueCase{{
 		}) {
 			t.Errorf("the hooks' ClusterRole with apiUpgrade.census.rbac: %+v", r.Rules)
 		}
+		for _, res := range []string{"applications", "kustomizations"} {
+			if !slices.ContainsFunc(r.Rules, func(rule rbacv1.PolicyRule) bool {
+				return slices.Equal(rule.Resources, []string{res}) && slices.Equal(rule.Verbs, []string{"list"})
+			}) {
+				t.Errorf("the hooks' ClusterRole with apiUpgrade.census.rbac cannot list %s: %+v", res, r.Rules)
+			}
+		}
 		def := render(t, map[string]any{"apiUpgrade": map[string]any{"stage": "unserve"}})
 		if err := helmtemplate.Into(def.Get("ClusterRole", "widget-operator-hooks"), r); err != nil {
 			t.Fatal(err)

@@ -12,7 +12,9 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
@@ -97,10 +99,19 @@ func TestCensusAndMigrateRelease(t *testing.T) {
 			t.Fatalf("helm install %s: %v\n%s", r.name, err, out)
 		}
 	}
+	// An Argo CD Application and a Flux Kustomization that applied a v1alpha1 Widget, their
+	// CRDs as those projects publish them.
+	env.InstallCRDFiles(t, prereq.ModuleFile(t, "github.com/argoproj/argo-cd/v3@v3.5.4", "manifests/crds/application-crd.yaml"),
+		prereq.ModuleFile(t, "github.com/fluxcd/kustomize-controller@v1.9.6", "config/crd/bases/kustomize.toolkit.fluxcd.io_kustomizations.yaml"))
+	gitops := gitOpsInventories(t, env)
+	gitops("v1alpha1")
+
 	expect := expectExit(t, env)
 	out := expect(cli.ExitRefused, "census")
 	for _, want := range []string{"Helm release legacy/legacy revision 1 (deployed, ConfigMap driver): legacy/web (legacy/templates/widget.yaml)",
-		"Helm release shop/shop revision 1 (deployed, Secret driver): shop/web (shop/templates/widget.yaml)", "2 Helm release revision(s) declare Widgets through v1alpha1"} {
+		"Helm release shop/shop revision 1 (deployed, Secret driver): shop/web (shop/templates/widget.yaml)",
+		"Argo CD Application argocd/shop-gitops: gitops/web", "Flux Kustomization flux-system/shop-gitops: gitops/web",
+		"4 place(s) declare Widgets through v1alpha1", "widgetctl migrate-release legacy -n legacy; widgetctl migrate-release shop -n shop; change the manifests of Argo CD Application argocd/shop-gitops to widgetry.io/v1 and sync it"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("census lacks %q:\n%s", want, out)
 		}
@@ -120,14 +131,14 @@ func TestCensusAndMigrateRelease(t *testing.T) {
 			// command that moves it; an override is taken with its reason, recorded on the CRD.
 			preflight := []string{"upgrade", "preflight", "--to", "unserve", "--records-namespace", "widget-system", "--apiserver-instances=" + u.Host}
 			out := expect(cli.ExitRefused, preflight...)
-			for _, want := range []string{"no-release-manifest-of-old: 2 Helm release revision(s) declare widgets through v1alpha1", "Helm release shop/shop revision 1",
-				"widgetctl migrate-release legacy -n legacy; widgetctl migrate-release shop -n shop", "apiUpgrade.census.allowReason"} {
+			for _, want := range []string{"no-release-manifest-of-old: 4 place(s) declare widgets through v1alpha1", "Helm release shop/shop revision 1",
+				"widgetctl migrate-release legacy -n legacy; widgetctl migrate-release shop -n shop", "Flux Kustomization flux-system/shop-gitops to v1 and reconcile it", "apiUpgrade.census.allowReason"} {
 				if !strings.Contains(out, want) {
 					t.Errorf("preflight --to unserve with v1alpha1 releases lacks %q:\n%s", want, out)
 				}
 			}
 			out = expect(cli.ExitRefused, append(preflight, "--allow-old-release-manifests=census test")...)
-			if !strings.Contains(out, `ok: overridden ("census test"): 2 Helm release revision(s)`) || !strings.Contains(out, "no-old-version-traffic") {
+			if !strings.Contains(out, `ok: overridden ("census test"): 4 place(s)`) || !strings.Contains(out, "no-old-version-traffic") {
 				t.Errorf("preflight --to unserve with the census overridden (the traffic check refuses next):\n%s", out)
 			}
 			events := &corev1.EventList{}
@@ -185,10 +196,63 @@ func TestCensusAndMigrateRelease(t *testing.T) {
 		}
 	}
 	t.Setenv("HELM_DRIVER", "")
-	if out := expect(cli.ExitDone, "census"); !strings.Contains(out, "ok: no Helm release revision declares a Widget through v1alpha1") {
+	if out := expect(cli.ExitRefused, "census"); !strings.Contains(out, "2 place(s) declare Widgets through v1alpha1") || strings.Contains(out, "Helm release") {
+		t.Errorf("census with the releases moved, the GitOps manifests not yet: %s", out)
+	}
+	gitops("v1") // their manifests changed to v1 and synced
+	if out := expect(cli.ExitDone, "census"); !strings.Contains(out, "ok: no Helm release revision or GitOps inventory declares a Widget through v1alpha1") {
 		t.Errorf("census after migrate-release: %s", out)
 	}
 	if out := expect(cli.ExitRefused, "migrate-release", "nope", "-n", "shop"); !strings.Contains(out, "read Helm release nope in namespace shop") {
 		t.Errorf("migrate-release of a release that does not exist: %s", out)
+	}
+}
+
+// gitOpsInventories creates an Argo CD Application and a Flux Kustomization in namespaces of
+// their own and returns a func that sets what their status says they applied: the Widget
+// gitops/web through version, as their controllers record it.
+func gitOpsInventories(t *testing.T, env *testenv.Env) func(version string) {
+	t.Helper()
+	ctx := context.Background()
+	objs := []*unstructured.Unstructured{
+		{Object: map[string]any{"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+			"metadata": map[string]any{"namespace": "argocd", "name": "shop-gitops"},
+			"spec": map[string]any{"project": "default",
+				"source":      map[string]any{"repoURL": "https://git.example/shop.git", "path": "deploy", "targetRevision": "HEAD"},
+				"destination": map[string]any{"server": "https://kubernetes.default.svc", "namespace": "gitops"}}}},
+		{Object: map[string]any{"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+			"metadata": map[string]any{"namespace": "flux-system", "name": "shop-gitops"},
+			"spec":     map[string]any{"interval": "10m", "path": "./deploy", "prune": true, "sourceRef": map[string]any{"kind": "GitRepository", "name": "shop"}}}},
+	}
+	for _, o := range objs {
+		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.GetNamespace()}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return func(version string) {
+		t.Helper()
+		statuses := []map[string]any{
+			{"resources": []any{map[string]any{"group": "widgetry.io", "version": version, "kind": "Widget", "namespace": "gitops", "name": "web", "status": "Synced"},
+				map[string]any{"group": "", "version": "v1", "kind": "ConfigMap", "namespace": "gitops", "name": "cfg", "status": "Synced"}}},
+			{"inventory": map[string]any{"entries": []any{map[string]any{"id": "gitops_web_widgetry.io_Widget", "v": version},
+				map[string]any{"id": "gitops_cfg__ConfigMap", "v": "v1"}}}},
+		}
+		for i, o := range objs {
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+				t.Fatal(err)
+			}
+			o.Object["status"] = statuses[i]
+			// Argo CD's Application has no status subresource; Flux's Kustomization has one.
+			err := env.Client.Status().Update(ctx, o)
+			if apierrors.IsNotFound(err) {
+				err = env.Client.Update(ctx, o)
+			}
+			if err != nil {
+				t.Fatalf("%s %s status: %v", o.GetKind(), o.GetName(), err)
+			}
+		}
 	}
 }

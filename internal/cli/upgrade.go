@@ -147,8 +147,8 @@ func newEngine(ctx context.Context, g *GlobalOptions, f *upgradeFlags) (*engine,
 	}
 	return &engine{cfg: cfg, apiservers: f.traffic.apiservers, clients: upgrade.Clients{Client: c, Metadata: md, DryRunNamespace: g.Namespace(),
 		Probe: upgrade.ProbeOptions{URL: f.webhookURL, APIServer: rc}, Traffic: traffic, RecordsNamespace: records,
-		Census: func(apiVersion, kind string) ([]census.Finding, error) {
-			return census.HelmReleases(cs, apiVersion, kind)
+		Census: func(apiVersion, kind string) (*census.Result, error) {
+			return census.Run(ctx, cs, c, apiVersion, kind)
 		},
 		AllowOldManifestsReason: f.allowOldManifests}}, nil
 }

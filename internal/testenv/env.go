@@ -160,6 +160,13 @@ func (e *Env) InstallCRDs(tb testing.TB, crds ...*apiextensionsv1.CustomResource
 	e.installCRDs(tb, envtest.CRDInstallOptions{CRDs: crds})
 }
 
+// InstallCRDFiles creates the CRDs of YAML files (other projects' published CRDs) and waits
+// until they are served.
+func (e *Env) InstallCRDFiles(tb testing.TB, paths ...string) {
+	tb.Helper()
+	e.installCRDs(tb, envtest.CRDInstallOptions{Paths: paths, ErrorIfPathMissing: true})
+}
+
 // installCRDs installs CRDs after the control plane is up rather than through
 // envtest.Environment: envtest's start-up path rewrites or strips the conversion webhook of
 // every CRD whose Go types its scheme does not see as convertible, and this project's CRDs

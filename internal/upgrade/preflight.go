@@ -33,9 +33,9 @@ type Clients struct {
 	Traffic *TrafficCheck
 	// RecordsNamespace is where backups are recorded (the release namespace).
 	RecordsNamespace string
-	// Census lists the Helm release revisions that declare kind through apiVersion (the
-	// CRD's kind through Old); nil skips the check with a warning.
-	Census func(apiVersion, kind string) ([]census.Finding, error)
+	// Census finds the Helm release revisions and GitOps inventories that declare kind
+	// through apiVersion (the CRD's kind through Old); nil skips the check with a warning.
+	Census func(apiVersion, kind string) (*census.Result, error)
 	// AllowOldManifestsReason lets unserve and remove through despite such releases; it is
 	// recorded as a Warning event on the CRD.
 	AllowOldManifestsReason string

@@ -10,6 +10,7 @@ package prereq
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -109,4 +110,23 @@ func Check(tb testing.TB, tier string) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		tb.Fatalf("this machine cannot run the %s tier: %v\n%s", tier, err, out)
 	}
+}
+
+// ModuleFile returns the path of file in module (path@version) as the Go module proxy serves
+// it, downloading the module into the module cache: how the tests get other projects'
+// published files (their CRDs) on a machine that has only Go, at a pinned version.
+func ModuleFile(tb testing.TB, module, file string) string {
+	tb.Helper()
+	cmd := exec.Command("go", "mod", "download", "-json", module)
+	cmd.Dir = tb.TempDir() // outside this module: its go.mod stays as it is
+	out, err := cmd.Output()
+	var m struct{ Dir, Error string }
+	if jerr := json.Unmarshal(out, &m); err != nil || jerr != nil || m.Dir == "" {
+		tb.Fatalf("go mod download %s: %v %s%s (the Go module proxy must be reachable)", module, err, m.Error, out)
+	}
+	p := filepath.Join(m.Dir, file)
+	if _, err := os.Stat(p); err != nil {
+		tb.Fatalf("%s has no %s: %v", module, file, err)
+	}
+	return p
 }
