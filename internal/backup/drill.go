@@ -77,11 +77,7 @@ func (r *DrillReport) OK() bool {
 // holds for that version (the conversion of the stored object both ways, as a restore would
 // need it), then deletes the scratch namespaces.
 func Drill(ctx context.Context, c client.Client, b *Backup, opts DrillOptions) (*DrillReport, error) {
-	live, err := readCRD(ctx, c, b.Manifest.CRD)
-	if err != nil {
-		return nil, err
-	}
-	version, err := restoreVersion(live, b)
+	live, version, err := restoreTarget(ctx, c, b)
 	if err != nil {
 		return nil, err
 	}

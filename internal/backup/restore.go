@@ -63,12 +63,12 @@ func (r *RestoreReport) OK() bool {
 	if r.Verify == nil {
 		return true
 	}
-	return len(r.Verify.Missing) == 0 && len(r.unexplained()) == 0
+	return len(r.Verify.Missing) == 0 && len(r.Unexplained()) == 0
 }
 
-// unexplained are the differences left after the restore that no dropped owner reference
-// explains.
-func (r *RestoreReport) unexplained() []string {
+// Unexplained are the fields that still differ from the backup after the restore, apart from
+// the owner references the restore dropped.
+func (r *RestoreReport) Unexplained() []string {
 	if r.Verify == nil {
 		return nil
 	}
@@ -88,9 +88,16 @@ func (r *RestoreReport) unexplained() []string {
 	return out
 }
 
-// Unexplained are the fields that still differ from the backup after the restore, apart from
-// the dropped owner references.
-func (r *RestoreReport) Unexplained() []string { return r.unexplained() }
+// restoreTarget reads the backup's CRD and picks the version a restore (or a drill) writes
+// through.
+func restoreTarget(ctx context.Context, c client.Client, b *Backup) (*apiextensionsv1.CustomResourceDefinition, string, error) {
+	live, err := readCRD(ctx, c, b.Manifest.CRD)
+	if err != nil {
+		return nil, "", err
+	}
+	version, err := restoreVersion(live, b)
+	return live, version, err
+}
 
 // restoreVersion picks the version to write through: the storage version when the backup
 // holds it, else the first version the cluster serves that the backup holds.
@@ -121,11 +128,7 @@ func restoreVersion(live *apiextensionsv1.CustomResourceDefinition, b *Backup) (
 // left alone. Restore goes on past an object it cannot write and reports it; after a real run
 // it compares the cluster with the backup (Compare).
 func Restore(ctx context.Context, c client.Client, b *Backup, opts RestoreOptions) (*RestoreReport, error) {
-	live, err := readCRD(ctx, c, b.Manifest.CRD)
-	if err != nil {
-		return nil, err
-	}
-	version, err := restoreVersion(live, b)
+	live, version, err := restoreTarget(ctx, c, b)
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +217,7 @@ func userFields(o *unstructured.Unstructured) map[string]any {
 	c := compared(o)
 	out := map[string]any{}
 	for k, v := range c {
-		out[k] = deepCopy(v)
+		out[k] = runtime.DeepCopyJSONValue(v)
 	}
 	return out
 }
@@ -258,8 +261,6 @@ func sortedByKey(objs map[string]*unstructured.Unstructured) []*unstructured.Uns
 	return out
 }
 
-func deepCopy(v any) any { return runtime.DeepCopyJSONValue(v) }
-
 // ownerCache answers whether an owner still exists with the uid a reference records, asking
 // the apiserver once per owner.
 type ownerCache struct {
@@ -283,7 +284,7 @@ func (oc *ownerCache) keep(ctx context.Context, o *unstructured.Unstructured) ([
 			return nil, nil, err
 		}
 		if exists {
-			kept = append(kept, deepCopy(raw[i]))
+			kept = append(kept, runtime.DeepCopyJSONValue(raw[i]))
 			continue
 		}
 		dropped = append(dropped, fmt.Sprintf("owner reference to %s %s (uid %s) dropped: that owner is gone", ref.Kind, ref.Name, ref.UID))

@@ -287,8 +287,8 @@ func backupRecorded(ctx context.Context, cl Clients, cfg Config) string {
 
 // restoreDrilled warns, without refusing yet, unless the recorded backup was taken after the
 // storage flip (it holds the objects through the new version, which is all a restore can
-// write through once the old one goes) and a restore drill of it passed (seed 001: "backup and
-// restore verified" before the old version is removed).
+// write through once the old one goes) and a restore drill of it passed: a backup nobody has
+// restored is a hope, and after remove a bad one cannot be retaken through the old version.
 func restoreDrilled(ctx context.Context, cl Clients, cfg Config) string {
 	todo := fmt.Sprintf("widgetctl backup --out DIR --records-namespace %s, then widgetctl restore --from DIR --drill --records-namespace %s (%s)",
 		cl.RecordsNamespace, cl.RecordsNamespace, restoreRunbook(cfg))
