@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,8 +17,12 @@ import (
 // LedgerName is the ConfigMap the samples of a CRD are kept in, in the operator's namespace.
 func LedgerName(crdName string) string { return "widget-api-traffic-" + crdName }
 
-// ledgerKey is the ConfigMap key holding the samples as JSON.
-const ledgerKey = "samples.json"
+// ledgerKey is the ConfigMap key holding the samples as JSON, ownKey the records of our own
+// requests (OwnRecord).
+const (
+	ledgerKey = "samples.json"
+	ownKey    = "own-requests.json"
+)
 
 // keptSamples bounds the unmarked samples kept (the newest); the newest sample of each mark is
 // always kept.
@@ -55,13 +60,7 @@ func decode(cm *corev1.ConfigMap, l Ledger) ([]Sample, error) {
 // Append adds s, keeping the newest sample of each mark and the newest keptSamples others (an
 // older sample of a mark stays as an ordinary one: it is still a baseline for later checks).
 func (l Ledger) Append(ctx context.Context, s Sample) error {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cm := &corev1.ConfigMap{}
-		err := l.Client.Get(ctx, client.ObjectKey{Namespace: l.Namespace, Name: l.Name}, cm)
-		create := apierrors.IsNotFound(err)
-		if err != nil && !create {
-			return err
-		}
+	err := l.update(ctx, true, func(cm *corev1.ConfigMap) error {
 		samples, err := decode(cm, l)
 		if err != nil {
 			return err
@@ -70,20 +69,115 @@ func (l Ledger) Append(ctx context.Context, s Sample) error {
 		if err != nil {
 			return err
 		}
-		if create {
-			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: l.Namespace, Name: l.Name,
-				Labels: map[string]string{"app.kubernetes.io/managed-by": "widgetctl", "app.kubernetes.io/part-of": "widget-operator"}}}
-		}
-		cm.Data = map[string]string{ledgerKey: string(data)}
-		if create {
-			return l.Client.Create(ctx, cm)
-		}
-		return l.Client.Update(ctx, cm)
+		cm.Data[ledgerKey] = string(data)
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("record the request counts in ConfigMap %s/%s: %w", l.Namespace, l.Name, err)
 	}
 	return nil
+}
+
+// LoadOwn returns the records of our own requests; none when the ConfigMap does not exist.
+func (l Ledger) LoadOwn(ctx context.Context) ([]OwnRecord, error) {
+	cm := &corev1.ConfigMap{}
+	if err := l.Client.Get(ctx, client.ObjectKey{Namespace: l.Namespace, Name: l.Name}, cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read the records of our own requests in ConfigMap %s/%s: %w", l.Namespace, l.Name, err)
+	}
+	return decodeOwn(cm, l)
+}
+
+func decodeOwn(cm *corev1.ConfigMap, l Ledger) ([]OwnRecord, error) {
+	var own []OwnRecord
+	if data := cm.Data[ownKey]; data != "" {
+		if err := json.Unmarshal([]byte(data), &own); err != nil {
+			return nil, fmt.Errorf("ConfigMap %s/%s key %s is not the records this tool writes (%w): delete the key (our own requests then count against the gate until the window passes)", l.Namespace, l.Name, ownKey, err)
+		}
+	}
+	return own, nil
+}
+
+// AppendOwn adds records of our own requests to an existing ledger. Without one, no sample was
+// taken yet (the storage flip's preflight takes the first), so no window can hold them: they
+// are dropped, and AppendOwn reports false.
+func (l Ledger) AppendOwn(ctx context.Context, records []OwnRecord) (bool, error) {
+	if len(records) == 0 {
+		return false, nil
+	}
+	exists := true
+	err := l.update(ctx, false, func(cm *corev1.ConfigMap) error {
+		if cm == nil {
+			exists = false
+			return nil
+		}
+		samples, err := decode(cm, l)
+		if err != nil {
+			return err
+		}
+		own, err := decodeOwn(cm, l)
+		if err != nil {
+			return err
+		}
+		data, err := json.Marshal(pruneOwn(append(own, records...), samples))
+		if err != nil {
+			return err
+		}
+		cm.Data[ownKey] = string(data)
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("record our own requests in ConfigMap %s/%s: %w", l.Namespace, l.Name, err)
+	}
+	return exists, nil
+}
+
+// update applies change to the ledger's ConfigMap, retrying on conflicts; with create, a
+// missing ConfigMap is created, else change is called with nil and nothing is written.
+func (l Ledger) update(ctx context.Context, create bool, change func(*corev1.ConfigMap) error) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cm := &corev1.ConfigMap{}
+		err := l.Client.Get(ctx, client.ObjectKey{Namespace: l.Namespace, Name: l.Name}, cm)
+		missing := apierrors.IsNotFound(err)
+		switch {
+		case err != nil && !missing:
+			return err
+		case missing && !create:
+			return change(nil)
+		case missing:
+			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: l.Namespace, Name: l.Name,
+				Labels: map[string]string{"app.kubernetes.io/managed-by": "widgetctl", "app.kubernetes.io/part-of": "widget-operator"}}}
+		}
+		if cm.Data == nil {
+			cm.Data = map[string]string{}
+		}
+		if err := change(cm); err != nil {
+			return err
+		}
+		if missing {
+			return l.Client.Create(ctx, cm)
+		}
+		return l.Client.Update(ctx, cm)
+	})
+}
+
+// keptOwn bounds the records of our own requests kept (the newest).
+const keptOwn = 512
+
+// pruneOwn drops the records no window can hold any more (ended before the oldest sample) and
+// keeps the newest keptOwn: a record dropped only counts against us.
+func pruneOwn(own []OwnRecord, samples []Sample) []OwnRecord {
+	var oldest time.Time
+	for _, s := range samples {
+		if oldest.IsZero() || s.Time.Before(oldest) {
+			oldest = s.Time
+		}
+	}
+	own = slices.DeleteFunc(own, func(r OwnRecord) bool { return r.To.Before(oldest) })
+	slices.SortStableFunc(own, func(a, b OwnRecord) int { return a.To.Compare(b.To) })
+	return own[max(0, len(own)-keptOwn):]
 }
 
 // prune keeps the newest sample of each mark and the newest keptSamples other ones (older

@@ -12,10 +12,12 @@
 // restarted instance lost its counts: everything it counts now is recent, what it served
 // before the restart is unknown, and the report says so.
 //
-// Only what the apiservers see is counted, so the operator's own hooks and tests, which read
-// and write through the newest served version, never count. The clients themselves are not
-// named: the apiserver's metrics do not carry them (its audit log does, where one is kept:
-// AuditClients).
+// Our own tooling reads through every served version (verify, backup, the restore drill,
+// status, the preflights' probes): each run counts its own requests at the transport
+// (OwnCounter) and records them in the ledger, and the check subtracts the records that lie
+// wholly inside its window (Traffic.ExcludeOwn), so that following the runbooks never
+// restarts the window. The other clients are not named: the apiserver's metrics do not carry
+// them (its audit log does, where one is kept: AuditClients).
 //
 // Watches alone do not show a client: kube-controller-manager's garbage collector and
 // resource-quota informers keep watching every version they once preferred until it stops
@@ -30,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -203,6 +206,13 @@ type Traffic struct {
 	// baseline).
 	Reachable, Unreachable int
 	Notes                  []string
+	// Own are our own requests (OwnRecord) subtracted from ByVerb, by verb, and OwnClients the
+	// tools that sent them.
+	Own        map[string]float64
+	OwnClients []string
+	// countedFrom is the latest time from which every reachable instance counted without a
+	// gap: the baseline, or a later start of an instance that restarted or is new since.
+	countedFrom time.Time
 }
 
 // Calls is the number of requests other than watches: reads and writes, which only a client
@@ -243,6 +253,54 @@ func (t Traffic) Counts() string {
 	return strings.Join(parts, ", ")
 }
 
+// ownCounts says which of our own requests were not counted, e.g. "GET 3, LIST 1 by
+// widgetctl verify".
+func (t Traffic) ownCounts() string {
+	var parts []string
+	for _, verb := range slices.Sorted(maps.Keys(t.Own)) {
+		parts = append(parts, verb+" "+strconv.FormatFloat(t.Own[verb], 'f', -1, 64))
+	}
+	return strings.Join(parts, ", ") + " by " + strings.Join(t.OwnClients, ", ")
+}
+
+// ExcludeOwn subtracts our own requests (records of t's version lying wholly within the window
+// every reachable instance counted without a gap) from ByVerb. A record that straddles the
+// window's start, or a restart, stays counted: it may have been served before the baseline,
+// and subtracting it could hide another client's request.
+func (t *Traffic) ExcludeOwn(own []OwnRecord) {
+	if t.Reachable == 0 {
+		return
+	}
+	excluded := map[string]float64{}
+	clients := map[string]bool{}
+	for _, r := range own {
+		if r.Version != t.Resource.Version || !r.From.After(t.countedFrom) || r.To.After(t.Until) {
+			continue
+		}
+		for verb, n := range r.Requests {
+			excluded[verb] += n
+		}
+		clients[r.Client] = true
+	}
+	if len(excluded) == 0 {
+		return
+	}
+	t.Own, t.OwnClients = excluded, slices.Sorted(maps.Keys(clients))
+	var short []string
+	for verb, n := range excluded {
+		have := t.ByVerb[verb]
+		if n > have {
+			short = append(short, fmt.Sprintf("%s %s of %s", verb, strconv.FormatFloat(have, 'f', -1, 64), strconv.FormatFloat(n, 'f', -1, 64)))
+			n = have
+		}
+		t.ByVerb[verb] = have - n
+	}
+	if len(short) > 0 {
+		slices.Sort(short)
+		t.Notes = append(t.Notes, "the instances counted fewer of our own requests than we sent ("+strings.Join(short, ", ")+"): an instance not asked, or requests answered by something else")
+	}
+}
+
 // String is the whole report: counts, window, and what could not be counted.
 func (t Traffic) String() string {
 	var b strings.Builder
@@ -251,6 +309,9 @@ func (t Traffic) String() string {
 		fmt.Fprintf(&b, " since %s (%s ago)", t.Since.UTC().Format(time.RFC3339), t.Until.Sub(t.Since).Round(time.Second))
 	}
 	fmt.Fprintf(&b, ": %s, counted by %d kube-apiserver instance(s)", t.Counts(), t.Reachable)
+	if len(t.Own) > 0 {
+		fmt.Fprintf(&b, "; our own requests not counted: %s", t.ownCounts())
+	}
 	if len(t.Notes) > 0 {
 		fmt.Fprintf(&b, " (%s)", strings.Join(t.Notes, "; "))
 	}
@@ -263,7 +324,7 @@ func Compare(base *Sample, now Sample, r Resource) Traffic {
 	t := Traffic{Resource: r, Until: now.Time, ByVerb: map[string]float64{}}
 	before := map[string]InstanceCounts{}
 	if base != nil {
-		t.Since = base.Time
+		t.Since, t.countedFrom = base.Time, base.Time
 		for _, in := range base.Instances {
 			before[in.Address] = in
 		}
@@ -277,6 +338,11 @@ func Compare(base *Sample, now Sample, r Resource) Traffic {
 		t.Reachable++
 		t.Watches += in.Watches
 		old, known := before[in.Address]
+		// The start rounded up: a request of ours in its first second may have met the
+		// instance before it restarted.
+		if start := time.Unix(int64(math.Ceil(in.StartTime)), 0); start.After(t.countedFrom) && (base == nil || !known || in.StartTime != old.StartTime) {
+			t.countedFrom = start
+		}
 		switch {
 		case base == nil:
 		case !known || old.Error != "":

@@ -51,23 +51,10 @@ type guardEnv struct {
 
 func startGuard(t *testing.T) *guardEnv {
 	t.Helper()
-	dir := t.TempDir()
-	policy := filepath.Join(dir, "audit-policy.yaml")
-	err := os.WriteFile(policy, []byte(`apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived"]
-rules:
-  - level: Metadata
-    resources: [{group: apiextensions.k8s.io, resources: [customresourcedefinitions]}]
-  - level: None
-`), 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &guardEnv{t: t, auditLog: filepath.Join(dir, "audit.log")}
 	// kube-controller-manager writes the policy's status.typeChecking.
-	g.env = testenv.Start(t, testenv.Options{ControllerManager: true,
-		APIServerFlags: map[string]string{"audit-policy-file": policy, "audit-log-path": g.auditLog}})
+	opts := testenv.Options{ControllerManager: true}
+	g := &guardEnv{t: t, auditLog: testenv.AuditLog(t, &opts, "apiextensions.k8s.io/customresourcedefinitions")}
+	g.env = testenv.Start(t, opts)
 	objs := render(t, nil)
 	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
 		part := objs.Get(kind, guardName)

@@ -32,6 +32,16 @@ func (g *GlobalOptions) findReleaseNamespace(ctx context.Context, c client.Reade
 	if ns := g.explicitNamespace(); ns != "" {
 		return namespaceFound{ns, "flag"}, nil
 	}
+	found, err := releaseNamespaceOfCRD(ctx, c)
+	if err != nil || found.Namespace != "" {
+		return found, err
+	}
+	return namespaceFound{g.Namespace(), "context"}, nil
+}
+
+// releaseNamespaceOfCRD is the release namespace the Widget CRD names (Helm's annotation, else
+// its conversion webhook's Service); empty when it names none or does not exist.
+func releaseNamespaceOfCRD(ctx context.Context, c client.Reader) (namespaceFound, error) {
 	live := &apiextensionsv1.CustomResourceDefinition{}
 	err := c.Get(ctx, client.ObjectKey{Name: crd.WidgetName}, live)
 	switch {
@@ -47,13 +57,14 @@ func (g *GlobalOptions) findReleaseNamespace(ctx context.Context, c client.Reade
 		// Forbidden from reading CRDs (a namespaced on-call role) or a blip: -n says it.
 		return namespaceFound{}, refused(fmt.Errorf("find the release namespace from CRD %s: %w; pass -n RELEASE_NAMESPACE", crd.WidgetName, err))
 	}
-	return namespaceFound{g.Namespace(), "context"}, nil
+	return namespaceFound{}, nil
 }
 
 // recordsNamespace is explicit (a --progress-namespace or --records-namespace flag) when
-// given, else the release namespace.
+// given, else the release namespace. The records of this run's own requests go there too.
 func (g *GlobalOptions) recordsNamespace(ctx context.Context, explicit string) (string, error) {
 	if explicit != "" {
+		g.records = explicit
 		return explicit, nil
 	}
 	c, err := widgetClient(g)
@@ -61,5 +72,8 @@ func (g *GlobalOptions) recordsNamespace(ctx context.Context, explicit string) (
 		return "", err
 	}
 	rn, err := g.findReleaseNamespace(ctx, c)
+	if err == nil {
+		g.records = rn.Namespace
+	}
 	return rn.Namespace, err
 }

@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/widgetry/widget-operator/internal/apitraffic"
 	"github.com/widgetry/widget-operator/internal/gatestate"
 	"github.com/widgetry/widget-operator/internal/migrate"
 )
@@ -64,6 +65,14 @@ type GlobalOptions struct {
 	Stdout, Stderr io.Writer
 	// StderrIsTerminal decides between a progress bar and structured log lines.
 	StderrIsTerminal bool
+
+	// command is the command running ("widgetctl verify"), the client named in the records of
+	// our own requests.
+	command string
+	// own counts this run's requests for Widgets by version (ownrequests.go); records is the
+	// records namespace once a command resolved it, where they are written.
+	own     *apitraffic.OwnCounter
+	records string
 }
 
 // Subcommands are the constructors of widgetctl's commands, in help order. A new command is a
@@ -94,6 +103,7 @@ Exit codes: 0 done, 1 refused (a precondition does not hold; nothing needs undoi
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			g.command = cmd.CommandPath()
 			if g.Output != OutputText && g.Output != OutputJSON {
 				return refused(fmt.Errorf("--output %q: use text or json", g.Output))
 			}
@@ -127,6 +137,7 @@ func (g *GlobalOptions) RESTConfig() (*rest.Config, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.WarningHandler = rest.NewWarningWriter(g.Stderr, rest.WarningWriterOptions{Deduplicate: true})
 	cfg.UserAgent = "widgetctl"
+	cfg.Wrap(g.ownRequests().Wrap)
 	return cfg, nil
 }
 
@@ -242,6 +253,7 @@ func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
+	g.recordOwnRequests(ctx)
 	code := exitCode(err)
 	if err != nil {
 		label := "error"

@@ -68,8 +68,9 @@ func (f *trafficFlags) bind(fl *pflag.FlagSet) {
 	fl.StringVar(&f.auditLog, "audit-log", "", "a kube-apiserver audit log (JSON lines) readable here: a refusal for old-version traffic then names the clients")
 }
 
-// check builds the engine's traffic check with c's credentials.
-func (f *trafficFlags) check(rc *rest.Config, c client.Client, crdName, recordsNamespace string) (*upgrade.TrafficCheck, error) {
+// check builds the engine's traffic check with c's credentials, subtracting the requests own
+// counted.
+func (f *trafficFlags) check(rc *rest.Config, c client.Client, crdName, recordsNamespace string, own *apitraffic.OwnCounter) (*upgrade.TrafficCheck, error) {
 	if err := f.apiservers.validate(); err != nil {
 		return nil, err
 	}
@@ -85,7 +86,7 @@ func (f *trafficFlags) check(rc *rest.Config, c client.Client, crdName, recordsN
 	}
 	return &upgrade.TrafficCheck{
 		Ledger: apitraffic.Ledger{Client: c, Namespace: recordsNamespace, Name: apitraffic.LedgerName(crdName)},
-		HTTP:   hc, Instances: instances, Window: f.window, AllowReason: f.allowReason, AuditLog: f.auditLog,
+		HTTP:   hc, Instances: instances, Window: f.window, AllowReason: f.allowReason, AuditLog: f.auditLog, Own: own,
 	}, nil
 }
 
@@ -137,7 +138,7 @@ func newEngine(ctx context.Context, g *GlobalOptions, f *upgradeFlags) (*engine,
 	if err != nil {
 		return nil, err
 	}
-	traffic, err := f.traffic.check(rc, c, cfg.CRD, records)
+	traffic, err := f.traffic.check(rc, c, cfg.CRD, records, g.ownRequests())
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -23,6 +26,8 @@ import (
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/api/v1alpha1"
+	"github.com/widgetry/widget-operator/internal/apitraffic"
+	"github.com/widgetry/widget-operator/internal/backup"
 	"github.com/widgetry/widget-operator/internal/cli"
 	"github.com/widgetry/widget-operator/internal/controller"
 	"github.com/widgetry/widget-operator/internal/crd"
@@ -32,9 +37,13 @@ import (
 
 // TestUpgradeCommands walks the Widget CRD from initial to unserve with `widgetctl upgrade
 // apply` (an installation without Helm), checking status, plan, preflight, verify, selftest
-// and cleanup-finalizers on the way, and the exit codes of refusals.
+// and cleanup-finalizers on the way, and the exit codes of refusals. Before unserve it runs
+// every check the runbooks prescribe, which read through v1alpha1: the gate subtracts exactly
+// those requests (the audit log counts them) and still refuses one GET of another client.
 func TestUpgradeCommands(t *testing.T) {
-	env, hook := widgetenv.StartAtStage(t, crd.StageInitial, testenv.Options{})
+	opts := testenv.Options{}
+	auditLog := testenv.AuditLog(t, &opts, "widgetry.io")
+	env, hook := widgetenv.StartAtStage(t, crd.StageInitial, opts)
 	ctx := context.Background()
 	for _, ns := range []string{"widget-system", "fleet"} {
 		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -146,17 +155,30 @@ func TestUpgradeCommands(t *testing.T) {
 	if !strings.Contains(errOut, "no-old-version-traffic") || !strings.Contains(errOut, "v1alpha1 is still in use") || !strings.Contains(errOut, "--allow-old-version-traffic") {
 		t.Errorf("apply --to unserve after v1alpha1 traffic: %s", errOut)
 	}
+	// The runbooks' checks after a quiet window, and one GET through v1alpha1 by another
+	// client: refused for that GET alone.
 	time.Sleep(2500 * time.Millisecond)
+	runbookChecks(t, env, expect, traffic)
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "fleet", Name: "w-01"}, &v1alpha1.Widget{}); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut = expect(cli.ExitRefused, append([]string{"upgrade", "apply", "--to", "unserve"}, traffic...)...)
+	if !strings.Contains(errOut, "v1alpha1 is still in use") || !regexp.MustCompile(`requests since [^;]*ago\): GET 1, counted by 1 kube-apiserver instance\(s\); our own requests not counted: LIST [1-9][^;]* by widgetctl backup, widgetctl restore, widgetctl status, widgetctl verify`).MatchString(errOut) {
+		t.Errorf("apply --to unserve after our checks and one GET of another client:\n%s", errOut)
+	}
+	// Another quiet window, the checks again: unserve passes without an override.
+	time.Sleep(2500 * time.Millisecond)
+	quiet := time.Now()
+	runbookChecks(t, env, expect, traffic)
 	out, _ = expect(cli.ExitDone, append([]string{"upgrade", "status"}, traffic...)...)
-	if !strings.Contains(out, "Old version traffic") || !strings.Contains(out, "widgets.widgetry.io/v1alpha1 requests since") || !strings.Contains(out, ": none, counted by 1") {
-		t.Errorf("status after a window without v1alpha1 requests:\n%s", out)
+	if !strings.Contains(out, "Old version traffic") || !strings.Contains(out, ": none, counted by 1") || !strings.Contains(out, "our own requests not counted") {
+		t.Errorf("status after a window without other v1alpha1 requests:\n%s", out)
 	}
 	out, _ = expect(cli.ExitDone, append([]string{"upgrade", "apply", "--to", "unserve"}, traffic...)...)
-	// No backup was taken in this walk: the backup-drilled check warns, without refusing.
-	if !strings.Contains(out, "check backup-drilled") || !strings.Contains(out, "ok: WARNING: no backup of widgets.widgetry.io is recorded in namespace") ||
-		!strings.Contains(out, "widgetctl restore --from DIR --drill") {
-		t.Errorf("apply --to unserve without a drilled backup:\n%s", out)
+	if !strings.Contains(out, "check backup-drilled") || !strings.Contains(out, "drilled") || strings.Contains(out, "WARNING: no backup") {
+		t.Errorf("apply --to unserve after a drilled backup:\n%s", out)
 	}
+	ownMatchesAuditLog(t, env, auditLog, quiet)
 	if s := stage(); s["stage"] != "unserve" {
 		t.Fatalf("stage %v after apply --to unserve", s["stage"])
 	}
@@ -235,6 +257,75 @@ func TestUpgradeCommands(t *testing.T) {
 }
 
 // keptFinalizers checks that n Widgets in namespace fleet still have the catalog finalizer.
+// runbookChecks runs what the runbooks prescribe after flip-storage and migrate (status,
+// verify, the round trip, a backup and its drill), each reading through every served version.
+func runbookChecks(t *testing.T, env *testenv.Env, expect func(int, ...string) (string, string), traffic []string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "backup")
+	// Without kube-controller-manager, deleted namespaces stay Terminating: a prefix per drill.
+	prefix := fmt.Sprintf("drill-%d", time.Now().UnixNano())
+	// status reads and dry-run creates through each version; it refuses here for what this
+	// cluster lacks (cert-manager, the manager's pods, a Helm release).
+	if out, _ := expect(cli.ExitRefused, "status"); !strings.Contains(out, "dry-run create through v1alpha1") {
+		t.Errorf("status checked no conversion:\n%s", out)
+	}
+	expect(cli.ExitDone, append([]string{"upgrade", "status"}, traffic...)...)
+	expect(cli.ExitDone, "verify")
+	expect(cli.ExitDone, "verify", "--round-trip")
+	expect(cli.ExitDone, "backup", "--out", dir)
+	expect(cli.ExitDone, "verify", "--against", dir)
+	expect(cli.ExitDone, "restore", "--from", dir, "--drill", "--drill-prefix", prefix)
+	testenv.Eventually(t, time.Minute, "the drill's namespaces gone", func() error {
+		list := &corev1.NamespaceList{}
+		if err := env.Client.List(context.Background(), list, client.MatchingLabels{backup.DrillLabel: prefix}); err != nil {
+			return err
+		}
+		for _, ns := range list.Items {
+			if ns.DeletionTimestamp == nil {
+				return fmt.Errorf("%s not deleted", ns.Name)
+			}
+		}
+		return nil
+	})
+}
+
+// ownMatchesAuditLog: what widgetctl recorded sending through v1alpha1 since since is what the
+// apiserver's audit log says it received from widgetctl, verb by verb.
+func ownMatchesAuditLog(t *testing.T, env *testenv.Env, auditLog string, since time.Time) {
+	t.Helper()
+	old := apitraffic.Resource{Group: "widgetry.io", Version: "v1alpha1", Resource: "widgets"}
+	clients, err := apitraffic.AuditClients(auditLog, old, since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audited := map[string]int{}
+	for k, verbs := range clients {
+		if strings.HasSuffix(k, "(widgetctl)") {
+			for verb, n := range verbs {
+				audited[verb] += n
+			}
+		}
+	}
+	// Nothing names the release namespace here: the records are in the context's.
+	own, err := apitraffic.Ledger{Client: env.Client, Namespace: "default", Name: apitraffic.LedgerName(crd.WidgetName)}.LoadOwn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The audit log names Kubernetes verbs, the metrics HTTP ones.
+	auditVerb := map[string]string{"GET": "get", "LIST": "list", "WATCH": "watch", "POST": "create", "PUT": "update", "PATCH": "patch", "APPLY": "patch", "DELETE": "delete", "DELETECOLLECTION": "deletecollection"}
+	recorded := map[string]int{}
+	for _, r := range own {
+		if r.Version == old.Version && r.From.After(since) {
+			for verb, n := range r.Requests {
+				recorded[auditVerb[verb]] += int(n)
+			}
+		}
+	}
+	if len(recorded) == 0 || !maps.Equal(recorded, audited) {
+		t.Errorf("widgetctl recorded sending %v through v1alpha1 since %s; the audit log received %v", recorded, since.Format(time.RFC3339Nano), audited)
+	}
+}
+
 func keptFinalizers(t *testing.T, env *testenv.Env, n int) {
 	t.Helper()
 	list := &v1.WidgetList{}

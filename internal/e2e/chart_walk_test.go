@@ -6,8 +6,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -137,10 +139,14 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 	for _, stage := range crd.Stages[1:] {
 		values := "apiUpgrade.stage=" + string(stage)
 		if stage == crd.StageUnserve {
+			values = w.unserveAfterTraffic(viaUninstall)
 			if viaUninstall {
+				// After the quiet window, what the unserve runbook asks for before the step:
+				// the checks and a drilled backup, all reading through v1alpha1 too. The
+				// gate subtracts our own requests: the default gate lets unserve through.
+				w.runbookChecks()
 				w.drillBackup()
 			}
-			values = w.unserveAfterTraffic(viaUninstall)
 		}
 		if stage == crd.StageFlipStorage && viaUninstall {
 			// Helm 4's walk takes the backup the flip-storage runbook asks for; Helm 3's does
@@ -179,6 +185,9 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 		}
 		w.verify(stage)
 		w.gitopsUnchanged(stage)
+		if viaUninstall {
+			w.runbookChecks()
+		}
 		round++
 		w.write(stage, round)
 		w.verify(stage)
@@ -271,6 +280,22 @@ func (w *e2e) drillBackup() {
 		}
 		return nil
 	})
+}
+
+// runbookChecks runs the read-only checks the upgrade runbooks prescribe after each stage,
+// each reading (and the round trip dry-run writing) through every served version:
+// kubectl widget status (exit 0, or 1 for causes it lists), verify and verify --round-trip.
+func (w *e2e) runbookChecks() {
+	w.t.Helper()
+	bin := filepath.Join(w.c.Bin, "widgetctl")
+	ctx, cancel := context.WithTimeout(w.t.Context(), 3*time.Minute)
+	defer cancel()
+	out, err := w.c.Command(ctx, bin, "status").CombinedOutput()
+	if code := exitCode(err); code != 0 && code != 1 {
+		w.t.Errorf("widgetctl status: %v\n%s", err, out)
+	}
+	w.c.Run(w.t, bin, "verify")
+	w.c.Run(w.t, bin, "verify", "--round-trip")
 }
 
 // unserveAfterTraffic: the walk's fleet wrote and read through v1alpha1 since the storage
@@ -474,4 +499,16 @@ func (w *e2e) verify(stage crd.Stage) {
 	if err := w.fleet.Verify(w.t.Context(), widgetenv.Served(stage)); err != nil {
 		w.t.Fatalf("%s: %v", stage, err)
 	}
+}
+
+// exitCode is a finished command's exit code: 0 without error, -1 when it did not run.
+func exitCode(err error) int {
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit):
+		return exit.ExitCode()
+	}
+	return -1
 }

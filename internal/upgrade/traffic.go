@@ -40,6 +40,10 @@ type TrafficCheck struct {
 	// AuditLog, when set, is a kube-apiserver audit log readable here: the refusal then names
 	// the clients (user and user agent) of the requests through Old.
 	AuditLog string
+	// Own counts this process's own requests (nil: none are counted): they are written to the
+	// Ledger before each sample, and the check subtracts every run's records, so that our own
+	// verify, backup, drill and probes never count as a client of Old.
+	Own *apitraffic.OwnCounter
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
@@ -95,8 +99,11 @@ func (tc *TrafficCheck) resource(cfg Config, live *apiextensionsv1.CustomResourc
 	return apitraffic.Resource{Group: live.Spec.Group, Version: cfg.Old, Resource: live.Spec.Names.Plural}
 }
 
-// sample reads every instance now.
+// sample reads every instance now, once this process's own requests so far are in the ledger.
 func (tc *TrafficCheck) sample(ctx context.Context, r apitraffic.Resource) (apitraffic.Sample, error) {
+	if _, err := tc.Ledger.AppendOwn(ctx, tc.Own.Take()); err != nil {
+		return apitraffic.Sample{}, err
+	}
 	addrs, err := tc.Instances(ctx)
 	if err != nil {
 		return apitraffic.Sample{}, err
@@ -146,8 +153,14 @@ func (tc *TrafficCheck) count(ctx context.Context, cfg Config, live *apiextensio
 	if err != nil {
 		return apitraffic.Sample{}, nil, apitraffic.Traffic{}, err
 	}
+	own, err := tc.Ledger.LoadOwn(ctx)
+	if err != nil {
+		return apitraffic.Sample{}, nil, apitraffic.Traffic{}, err
+	}
 	base := apitraffic.Baseline(samples, mark, now.Time, tc.window())
-	return now, base, apitraffic.Compare(base, now, r), nil
+	t := apitraffic.Compare(base, now, r)
+	t.ExcludeOwn(own)
+	return now, base, t, nil
 }
 
 // TrafficReport says what the instances served through Old within the window of the stage

@@ -6,7 +6,6 @@ import (
 	"context"
 	"net/url"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,12 +56,9 @@ const gitopsNS = "gitops"
 func newRig(t *testing.T) *rig {
 	r := &rig{t: t, cfg: upgrade.WidgetConfig()}
 	// An audit log at level Metadata for Widgets: the traffic check names the clients.
-	dir := t.TempDir()
-	policy, auditLog := filepath.Join(dir, "audit-policy.yaml"), filepath.Join(dir, "audit.log")
-	if err := os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n  - level: Metadata\n    resources: [{group: widgetry.io}]\n  - level: None\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	r.env, r.hook = widgetenv.StartAtStage(t, crd.StageInitial, testenv.Options{APIServerFlags: map[string]string{"audit-policy-file": policy, "audit-log-path": auditLog}})
+	opts := testenv.Options{}
+	auditLog := testenv.AuditLog(t, &opts, "widgetry.io")
+	r.env, r.hook = widgetenv.StartAtStage(t, crd.StageInitial, opts)
 	r.fleet = &widgetenv.Fleet{Client: r.env.Client, Namespace: ns, N: objects(), Workers: 8}
 	hc, err := apiservers.HTTPClient(r.env.Config, "", 10*time.Second)
 	if err != nil {
