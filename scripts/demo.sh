@@ -111,21 +111,30 @@ kubectl -n "$ns" logs job/"$release"-preflight --tail=3 2>/dev/null | sed 's/^/ 
 echo "$out" | tail -1 | sed 's/^/     /'
 status | sed 's/^/   /'
 
-# unserve and remove are refused while v1alpha1 requests were served within this window; the
-# demo itself reads and writes through v1alpha1 up to migrate, so it waits one window out.
+# unserve and remove are refused while v1alpha1 requests were served within this window: a
+# kubectl still reading through v1alpha1 after migrate is refused, and the demo waits one window
+# out. widgetctl verify reads through v1alpha1 too, at every stage: its requests are its own
+# (recorded as sent, not counted), so it never holds the gate.
 window=20s
 for stage in add-version flip-storage migrate unserve remove; do
 	step "7. helm upgrade --set apiUpgrade.stage=$stage"
 	if [[ $stage == unserve ]]; then
-		say "refused while v1alpha1 is still in use (this demo used it a moment ago):"
+		say "a backup taken now (after the flip) and its restore drill, which unserve and remove require:"
+		backups=$(mktemp -d)
+		widgetctl backup --out "$backups/widgets-before-unserve" | tail -1 | sed 's/^/     /'
+		widgetctl restore --from "$backups/widgets-before-unserve" --drill | tail -1 | sed 's/^/     /'
+		say "a client still on v1alpha1 (kubectl, reading web-1):"
+		kubectl -n shop get widgets.v1alpha1.widgetry.io web-1 -o name | sed 's/^/     /'
+		say "refused while v1alpha1 is still in use:"
 		if out=$(helm upgrade "$release" "$chart" -n "$ns" --reuse-values --set apiUpgrade.stage=unserve \
 			--set apiUpgrade.oldVersionTraffic.window=$window --wait --timeout 5m 2>&1); then
 			echo "helm upgrade to unserve was not refused" >&2
 			exit 1
 		fi
 		echo "$out" | grep -o 'v1alpha1 is still in use[^;]*' | head -1 | sed 's/^/     /'
-		say "waiting out a $window window without v1alpha1 requests, then again:"
+		say "waiting out a $window window without v1alpha1 requests, checking again (through v1alpha1 too), then again:"
 		sleep 22
+		widgetctl verify --crd widgets.widgetry.io | sed 's/^/   /'
 	fi
 	helm upgrade "$release" "$chart" -n "$ns" --reuse-values --set apiUpgrade.stage="$stage" \
 		--set apiUpgrade.oldVersionTraffic.window=$window --wait --timeout 5m >/dev/null

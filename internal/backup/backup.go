@@ -25,7 +25,9 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -76,6 +78,10 @@ func Write(ctx context.Context, c client.Client, crdName, dir, server string, no
 		return nil, err
 	}
 	m := &Manifest{CRD: crdName, Time: now.UTC(), Server: server, StoredVersions: live.Status.StoredVersions, Objects: map[string]int{}}
+	scratch, err := drillNamespaces(ctx, c)
+	if err != nil {
+		return nil, err
+	}
 	for _, v := range live.Spec.Versions {
 		if v.Storage {
 			m.StorageVersion = v.Name
@@ -87,6 +93,7 @@ func Write(ctx context.Context, c client.Client, crdName, dir, server string, no
 		if err != nil {
 			return nil, err
 		}
+		list.Items = slices.DeleteFunc(list.Items, func(o unstructured.Unstructured) bool { return scratch[o.GetNamespace()] })
 		if err := writeJSON(filepath.Join(dir, objectsFile(v.Name)), list); err != nil {
 			return nil, err
 		}
@@ -101,6 +108,25 @@ func Write(ctx context.Context, c client.Client, crdName, dir, server string, no
 		return nil, err
 	}
 	return m, nil
+}
+
+// drillNamespaces are the scratch namespaces of restore drills (DrillLabel): a backup leaves
+// their copies out, or it would hold every object twice after a drill kept with --keep (or
+// still terminating), and a restore would recreate the copies. Without list on namespaces
+// nothing is left out.
+func drillNamespaces(ctx context.Context, c client.Client) (map[string]bool, error) {
+	list := &corev1.NamespaceList{}
+	if err := c.List(ctx, list, client.HasLabels{DrillLabel}); err != nil {
+		if apierrors.IsForbidden(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("list the restore drills' scratch namespaces: %w", err)
+	}
+	out := map[string]bool{}
+	for _, ns := range list.Items {
+		out[ns.Name] = true
+	}
+	return out, nil
 }
 
 // listAll lists every object through version, page by page.

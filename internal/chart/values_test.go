@@ -504,12 +504,12 @@ var valueCases = []valueCase{{
 		}
 	},
 }, {
-	name: "stage unserve: the traffic check's window and override reach the preflight; the managedFields hook",
+	name: "stage unserve: the traffic check's window and override, and the backup-drilled override, reach the preflight; the managedFields hook",
 	kv: []any{"apiUpgrade.stage", "unserve", "apiUpgrade.oldVersionTraffic.window", "90m",
-		"apiUpgrade.oldVersionTraffic.allowReason", "INC-7: the batch job moves next week"},
+		"apiUpgrade.oldVersionTraffic.allowReason", "INC-7: the batch job moves next week", "apiUpgrade.backup.allowReason", "INC-8: restored on staging"},
 	check: func(t *testing.T, objs helmtemplate.Objects) {
 		a := job(t, objs, "widget-operator-preflight").Spec.Template.Spec.Containers[0].Args
-		for _, want := range []string{"--records-namespace", "--old-version-traffic-window=90m", "--allow-old-version-traffic=INC-7: the batch job moves next week"} {
+		for _, want := range []string{"--records-namespace", "--old-version-traffic-window=90m", "--allow-old-version-traffic=INC-7: the batch job moves next week", "--allow-undrilled-backup=INC-8: restored on staging"} {
 			if !slices.Contains(a, want) {
 				t.Errorf("preflight args %v lack %q", a, want)
 			}

@@ -138,8 +138,8 @@ func TestCensusAndMigrateRelease(t *testing.T) {
 				}
 			}
 			out = expect(cli.ExitRefused, append(preflight, "--allow-old-release-manifests=census test")...)
-			if !strings.Contains(out, `ok: overridden ("census test"): 4 place(s)`) || !strings.Contains(out, "no-old-version-traffic") {
-				t.Errorf("preflight --to unserve with the census overridden (the traffic check refuses next):\n%s", out)
+			if !strings.Contains(out, `ok: overridden ("census test"): 4 place(s)`) || !strings.Contains(out, "backup-drilled") {
+				t.Errorf("preflight --to unserve with the census overridden (the backup-drilled check refuses next):\n%s", out)
 			}
 			events := &corev1.EventList{}
 			if err := env.Client.List(ctx, events, client.InNamespace("default")); err != nil {

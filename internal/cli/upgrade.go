@@ -48,6 +48,8 @@ type upgradeFlags struct {
 	traffic       trafficFlags
 	// allowOldManifests overrides the census of Helm releases (a reason).
 	allowOldManifests string
+	// allowUndrilled overrides the backup-drilled check (a reason).
+	allowUndrilled string
 }
 
 // trafficFlags tune the count of requests through the old version (the preflight of unserve
@@ -97,6 +99,7 @@ func (f *upgradeFlags) bind(cmd *cobra.Command, withTarget bool) {
 	fl.StringVar(&f.new, "new-version", "v1", "the version replacing it")
 	fl.StringVar(&f.allowOldManifests, "allow-old-release-manifests", "", "let unserve or remove through despite Helm releases whose stored manifests declare the CRD's kind through the old version (widgetctl census lists them); the reason is recorded in an event on the CRD")
 	fl.StringVar(&f.webhookURL, "webhook-url", "", "reach the conversion webhook here, verifying its certificate against the CRD's caBundle (the chart's hooks name the Service); by default the probe goes through the apiserver's service proxy, which needs only the kubeconfig")
+	fl.StringVar(&f.allowUndrilled, "allow-undrilled-backup", "", "let unserve or remove through without a backup taken after the storage flip and drilled (widgetctl backup, widgetctl restore --drill); the reason is recorded in an event on the CRD")
 	f.traffic.bind(fl)
 	if withTarget {
 		fl.StringVar(&f.to, "to", "", "target stage: "+crd.StageNames()+" (required)")
@@ -151,7 +154,7 @@ func newEngine(ctx context.Context, g *GlobalOptions, f *upgradeFlags) (*engine,
 		Census: func(apiVersion, kind string) (*census.Result, error) {
 			return census.Run(ctx, cs, c, apiVersion, kind)
 		},
-		AllowOldManifestsReason: f.allowOldManifests}}, nil
+		AllowOldManifestsReason: f.allowOldManifests, AllowUndrilledReason: f.allowUndrilled}}, nil
 }
 
 func (e *engine) observe(ctx context.Context) (*upgrade.Observation, error) {

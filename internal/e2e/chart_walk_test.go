@@ -139,6 +139,9 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 	for _, stage := range crd.Stages[1:] {
 		values := "apiUpgrade.stage=" + string(stage)
 		if stage == crd.StageUnserve {
+			if viaUninstall {
+				w.drillBackup()
+			}
 			values = w.unserveAfterTraffic(viaUninstall)
 			if viaUninstall {
 				// After the quiet window, what the unserve runbook asks for before the step:
@@ -157,7 +160,7 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 		out := w.mustHelm("upgrade", "widget-operator", chart, "--reuse-values", "--set", values, "--wait", "--timeout", "5m")
 		t.Logf("helm upgrade to %s: %s", stage, time.Since(start).Round(time.Second))
 		if stage == crd.StageUnserve {
-			want := "WARNING: no backup of widgets.widgetry.io is recorded in namespace " + releaseNamespace + ", so none was drilled"
+			want := `ok: overridden ("` + undrilledReason + `"): no backup of widgets.widgetry.io is recorded in namespace ` + releaseNamespace + ", so none was drilled"
 			if viaUninstall {
 				want = "objects restored and read back"
 			}
@@ -306,8 +309,13 @@ func (w *e2e) runbookChecks() {
 func (w *e2e) unserveAfterTraffic(byWindow bool) string {
 	w.t.Helper()
 	const window = "15s"
+	undrilled := ""
+	if !byWindow {
+		// Helm 3's walk takes no backup: the backup-drilled check is overridden, recorded.
+		undrilled = ",apiUpgrade.backup.allowReason=" + undrilledReason
+	}
 	before := w.crd()
-	out, err := w.runHelm("upgrade", "widget-operator", w.chart, "--reuse-values", "--set", "apiUpgrade.stage=unserve,apiUpgrade.oldVersionTraffic.window="+window, "--wait", "--timeout", "5m")
+	out, err := w.runHelm("upgrade", "widget-operator", w.chart, "--reuse-values", "--set", "apiUpgrade.stage=unserve,apiUpgrade.oldVersionTraffic.window="+window+undrilled, "--wait", "--timeout", "5m")
 	if err == nil {
 		w.t.Fatalf("helm upgrade to unserve after v1alpha1 traffic succeeded:\n%s", out)
 	}
@@ -324,8 +332,11 @@ func (w *e2e) unserveAfterTraffic(byWindow bool) string {
 		time.Sleep(d + 2*time.Second)
 		return "apiUpgrade.stage=unserve,apiUpgrade.oldVersionTraffic.window=" + window
 	}
-	return "apiUpgrade.stage=unserve,apiUpgrade.oldVersionTraffic.allowReason=e2e walk: the fleet uses v1alpha1 on purpose"
+	return "apiUpgrade.stage=unserve,apiUpgrade.oldVersionTraffic.allowReason=e2e walk: the fleet uses v1alpha1 on purpose" + undrilled
 }
+
+// undrilledReason is Helm 3's walk's override of the backup-drilled check.
+const undrilledReason = "e2e walk: the Helm 4 walk drills"
 
 // checkOverrideRecorded: the release's NOTES and an event on the CRD say the traffic check was
 // overridden, with the reason.
@@ -338,6 +349,13 @@ func (w *e2e) checkOverrideRecorded(reason string) {
 	events := w.c.Kubectl(w.t, "get", "events", "-n", "default", "--field-selector", "reason=OldVersionTrafficOverridden", "-o", "jsonpath={.items[*].message}")
 	if !strings.Contains(events, reason) || !strings.Contains(events, "PUT ") {
 		w.t.Errorf("no OldVersionTrafficOverridden event on the CRD with the reason and the counts: %q", events)
+	}
+	if !strings.Contains(notes, "backup-drilled check of unserve and remove is OVERRIDDEN") || !strings.Contains(notes, undrilledReason) {
+		w.t.Errorf("the release's NOTES do not record the backup-drilled override:\n%s", notes)
+	}
+	events = w.c.Kubectl(w.t, "get", "events", "-n", "default", "--field-selector", "reason=UndrilledBackupOverridden", "-o", "jsonpath={.items[*].message}")
+	if !strings.Contains(events, undrilledReason) {
+		w.t.Errorf("no UndrilledBackupOverridden event on the CRD with the reason: %q", events)
 	}
 }
 

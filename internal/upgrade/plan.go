@@ -207,10 +207,10 @@ func step(cfg Config, from, to crd.Stage) Step {
 		s.Checks = append(base, CheckWebhookProbe)
 	case from == crd.StageMigrate && to == crd.StageUnserve:
 		s.Change = fmt.Sprintf("stop serving %s", cfg.Old)
-		s.Checks = append(base, CheckOnlyNewStored, CheckOwnerReferences, CheckRestoreDrilled, CheckOldManifests, CheckOldTraffic)
+		s.Checks = append(base, CheckOnlyNewStored, CheckOwnerReferences, CheckOldManifests, CheckRestoreDrilled, CheckOldTraffic)
 	case from == crd.StageUnserve && to == crd.StageRemove:
 		s.Change = fmt.Sprintf("remove %s from spec.versions (a rollback defines it again, not served)", cfg.Old)
-		s.Checks = append(base, CheckOnlyNewStored, CheckOwnerReferences, CheckOldManagedFields, CheckRestoreDrilled, CheckOldManifests, CheckOldTraffic)
+		s.Checks = append(base, CheckOnlyNewStored, CheckOwnerReferences, CheckOldManagedFields, CheckOldManifests, CheckRestoreDrilled, CheckOldTraffic)
 	case from == crd.StageRemove && to == crd.StageUnserve:
 		s.Change = fmt.Sprintf("define %s again, not served", cfg.Old)
 		s.Checks = base

@@ -2,6 +2,7 @@ package upgrade
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"slices"
@@ -39,6 +40,9 @@ type Clients struct {
 	// AllowOldManifestsReason lets unserve and remove through despite such releases; it is
 	// recorded as a Warning event on the CRD.
 	AllowOldManifestsReason string
+	// AllowUndrilledReason lets unserve and remove through without a backup taken after the
+	// flip and drilled; it is recorded as a Warning event on the CRD.
+	AllowUndrilledReason string
 }
 
 // CheckResult is the outcome of one check.
@@ -98,6 +102,9 @@ func nextSafeStep(cfg Config, o *Observation, s Step, check Check) string {
 	case CheckOldManifests:
 		return fmt.Sprintf("move each release listed: widgetctl migrate-release NAME -n NAMESPACE (and its chart to %s), then retry; or, knowing those releases cannot be upgraded or rolled back after remove, override with a reason (helm: --set apiUpgrade.census.allowReason=<why>; widgetctl: --allow-old-release-manifests=<why>), recorded as an event on the CRD (%s)",
 			cfg.New, cfg.Runbook(s.To))
+	case CheckRestoreDrilled:
+		return fmt.Sprintf("take a backup now and drill it: widgetctl backup --out DIR --records-namespace NAMESPACE, then widgetctl restore --from DIR --drill --records-namespace NAMESPACE, and retry; or, knowing no backup is proven to restore, override with a reason (helm: --set apiUpgrade.backup.allowReason=<why>; widgetctl: --allow-undrilled-backup=<why>), recorded as an event on the CRD (%s)",
+			restoreRunbook(cfg))
 	case CheckOldManagedFields:
 		return fmt.Sprintf("drop them: widgetctl migrate --crd %s --drop-managed-fields-of %s (the chart's post-upgrade hook at unserve does), then retry (%s)",
 			cfg.CRD, cfg.Old, cfg.Runbook(crd.StageRemove))
@@ -114,7 +121,7 @@ func runCheck(ctx context.Context, cl Clients, cfg Config, o *Observation, s Ste
 	case CheckBackupRecorded:
 		return backupRecorded(ctx, cl, cfg), nil
 	case CheckRestoreDrilled:
-		return restoreDrilled(ctx, cl, cfg), nil
+		return restoreDrilled(ctx, cl, cfg, o.live, s.To)
 	case CheckOldManifests:
 		return oldManifests(ctx, cl, cfg, o.live, s.To)
 	}
@@ -289,31 +296,50 @@ func backupRecorded(ctx context.Context, cl Clients, cfg Config) string {
 // storage flip (it holds the objects through the new version, which is all a restore can
 // write through once the old one goes) and a restore drill of it passed: a backup nobody has
 // restored is a hope, and after remove a bad one cannot be retaken through the old version.
-func restoreDrilled(ctx context.Context, cl Clients, cfg Config) string {
+func restoreDrilled(ctx context.Context, cl Clients, cfg Config, live *apiextensionsv1.CustomResourceDefinition, to crd.Stage) (string, error) {
+	problem := undrilled(ctx, cl, cfg)
+	if problem == "" {
+		r, _ := backup.LastRecord(ctx, cl.Client, cl.RecordsNamespace, cfg.CRD)
+		d, _ := backup.LastDrill(ctx, cl.Client, cl.RecordsNamespace, cfg.CRD)
+		return fmt.Sprintf("backup %s (taken %s ago) drilled %s ago: %d objects restored and read back", r.Dir, time.Since(r.Time).Round(time.Second), time.Since(d.Time).Round(time.Second), d.Objects), nil
+	}
+	if cl.AllowUndrilledReason == "" {
+		return "", errors.New(problem)
+	}
+	note := fmt.Sprintf("overridden (%q): %s", cl.AllowUndrilledReason, problem)
+	if err := recordOverride(ctx, cl.Client, live, to, "UndrilledBackupOverridden", note); err != nil {
+		return "", fmt.Errorf("the override of the backup-drilled check could not be recorded, so it is not taken: %w", err)
+	}
+	return note, nil
+}
+
+// undrilled says why the recorded backup is not one taken after the flip and drilled, with the
+// commands that make it one; "" when it is.
+func undrilled(ctx context.Context, cl Clients, cfg Config) string {
 	todo := fmt.Sprintf("widgetctl backup --out DIR --records-namespace %s, then widgetctl restore --from DIR --drill --records-namespace %s (%s)",
 		cl.RecordsNamespace, cl.RecordsNamespace, restoreRunbook(cfg))
 	if cl.RecordsNamespace == "" {
-		return "WARNING: no namespace to read the backup record from: pass --records-namespace (the release namespace)"
+		return "no namespace to read the backup record from: pass --records-namespace (the release namespace)"
 	}
 	r, err := backup.LastRecord(ctx, cl.Client, cl.RecordsNamespace, cfg.CRD)
 	switch {
 	case err != nil:
-		return "WARNING: " + err.Error()
+		return err.Error()
 	case r == nil:
-		return fmt.Sprintf("WARNING: no backup of %s is recorded in namespace %s, so none was drilled; before the old version goes: %s", cfg.CRD, cl.RecordsNamespace, todo)
+		return fmt.Sprintf("no backup of %s is recorded in namespace %s, so none was drilled; before the old version goes: %s", cfg.CRD, cl.RecordsNamespace, todo)
 	case r.StorageVersion != cfg.New:
-		return fmt.Sprintf("WARNING: the recorded backup (%s) was taken with %s as the storage version, before the flip; take one now and drill it: %s", r.Time.Format(time.RFC3339), r.StorageVersion, todo)
+		return fmt.Sprintf("the recorded backup (%s) was taken with %s as the storage version, before the flip; take one now and drill it: %s", r.Time.Format(time.RFC3339), r.StorageVersion, todo)
 	}
 	d, err := backup.LastDrill(ctx, cl.Client, cl.RecordsNamespace, cfg.CRD)
 	switch {
 	case err != nil:
-		return "WARNING: " + err.Error()
+		return err.Error()
 	case d == nil || !d.BackupTime.Equal(r.Time):
-		return fmt.Sprintf("WARNING: the recorded backup (%s, %s) has not been drilled: widgetctl restore --from %s --drill --records-namespace %s", r.Time.Format(time.RFC3339), r.Dir, r.Dir, cl.RecordsNamespace)
+		return fmt.Sprintf("the recorded backup (%s, %s) has not been drilled: widgetctl restore --from %s --drill --records-namespace %s", r.Time.Format(time.RFC3339), r.Dir, r.Dir, cl.RecordsNamespace)
 	case !d.OK:
-		return fmt.Sprintf("WARNING: the drill of the recorded backup (%s) failed for %d object(s) on %s: that backup would not restore them; see %s", r.Dir, d.Failed, d.Time.Format(time.RFC3339), restoreRunbook(cfg))
+		return fmt.Sprintf("the drill of the recorded backup (%s) failed for %d object(s) on %s: that backup would not restore them; see %s", r.Dir, d.Failed, d.Time.Format(time.RFC3339), restoreRunbook(cfg))
 	}
-	return fmt.Sprintf("backup %s (taken %s ago) drilled %s ago: %d objects restored and read back", r.Dir, time.Since(r.Time).Round(time.Second), time.Since(d.Time).Round(time.Second), d.Objects)
+	return ""
 }
 
 // restoreRunbook is the restore procedure, beside the upgrade runbooks.
