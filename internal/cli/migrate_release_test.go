@@ -12,9 +12,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
@@ -22,55 +20,9 @@ import (
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/prereq"
+	"github.com/widgetry/widget-operator/internal/testenv/userapps"
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
-
-// userChart writes a user's chart that templates one Widget through apiVersion, as users'
-// charts do, and returns its directory.
-func userChart(t *testing.T, name, apiVersion string) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), name)
-	widget := `apiVersion: widgetry.io/v1alpha1
-kind: Widget
-metadata:
-  name: web
-spec:
-  image: srv:1
-  replicas: 2
-  timeoutSeconds: 45
-  endpoints:
-  - name: http
-    port: 8080
-  - name: admin
-    port: 9090
-`
-	if apiVersion == "widgetry.io/v1" {
-		widget = `apiVersion: widgetry.io/v1
-kind: Widget
-metadata:
-  name: web
-spec:
-  image: srv:2
-  size: 2
-  timeout: 45s
-  endpoints:
-    http: {port: 8080}
-    admin: {port: 9090}
-`
-	}
-	for file, text := range map[string]string{
-		"Chart.yaml":            "apiVersion: v2\nname: " + name + "\nversion: 0.1.0\n",
-		"templates/widget.yaml": widget,
-	} {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, file)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, file), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
 
 // TestCensusAndMigrateRelease: two users' releases template a v1alpha1 Widget, one installed
 // with Helm 4 (Secret driver), one with Helm 3 (ConfigMap driver). census lists both with
@@ -95,15 +47,14 @@ func TestCensusAndMigrateRelease(t *testing.T) {
 	}
 	for _, r := range releases {
 		helm := testenv.HelmOn(t, env, r.name, r.driver...)
-		if out, err := helm(t, r.helm, "install", r.name, userChart(t, r.name, "widgetry.io/v1alpha1")); err != nil {
+		if out, err := helm(t, r.helm, "install", r.name, userapps.Chart(t, r.name, "widgetry.io/v1alpha1", 2)); err != nil {
 			t.Fatalf("helm install %s: %v\n%s", r.name, err, out)
 		}
 	}
 	// An Argo CD Application and a Flux Kustomization that applied a v1alpha1 Widget, their
 	// CRDs as those projects publish them.
-	env.InstallCRDFiles(t, prereq.ModuleFile(t, "github.com/argoproj/argo-cd/v3@v3.5.4", "manifests/crds/application-crd.yaml"),
-		prereq.ModuleFile(t, "github.com/fluxcd/kustomize-controller@v1.9.6", "config/crd/bases/kustomize.toolkit.fluxcd.io_kustomizations.yaml"))
-	gitops := gitOpsInventories(t, env)
+	userapps.InstallGitOpsCRDs(t, env.Config)
+	gitops := userapps.GitOpsInventories(t, env.Client)
 	gitops("v1alpha1")
 
 	expect := expectExit(t, env)
@@ -157,7 +108,7 @@ func TestCensusAndMigrateRelease(t *testing.T) {
 
 	for _, r := range releases {
 		helm := testenv.HelmOn(t, env, r.name, r.driver...)
-		v1Chart := userChart(t, r.name, "widgetry.io/v1")
+		v1Chart := userapps.Chart(t, r.name, "widgetry.io/v1", 2)
 		// The negative control: the stored manifest names a version the CRD no longer has.
 		if out, err := helm(t, r.helm, "upgrade", r.name, v1Chart); err == nil || !strings.Contains(out, "unable to build kubernetes objects from current release manifest") || !strings.Contains(out, "widgetry.io/v1alpha1") {
 			t.Fatalf("helm upgrade %s before migrate-release: %v, want the removed-API failure\n%s", r.name, err, out)
@@ -205,54 +156,5 @@ func TestCensusAndMigrateRelease(t *testing.T) {
 	}
 	if out := expect(cli.ExitRefused, "migrate-release", "nope", "-n", "shop"); !strings.Contains(out, "read Helm release nope in namespace shop") {
 		t.Errorf("migrate-release of a release that does not exist: %s", out)
-	}
-}
-
-// gitOpsInventories creates an Argo CD Application and a Flux Kustomization in namespaces of
-// their own and returns a func that sets what their status says they applied: the Widget
-// gitops/web through version, as their controllers record it.
-func gitOpsInventories(t *testing.T, env *testenv.Env) func(version string) {
-	t.Helper()
-	ctx := context.Background()
-	objs := []*unstructured.Unstructured{
-		{Object: map[string]any{"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
-			"metadata": map[string]any{"namespace": "argocd", "name": "shop-gitops"},
-			"spec": map[string]any{"project": "default",
-				"source":      map[string]any{"repoURL": "https://git.example/shop.git", "path": "deploy", "targetRevision": "HEAD"},
-				"destination": map[string]any{"server": "https://kubernetes.default.svc", "namespace": "gitops"}}}},
-		{Object: map[string]any{"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
-			"metadata": map[string]any{"namespace": "flux-system", "name": "shop-gitops"},
-			"spec":     map[string]any{"interval": "10m", "path": "./deploy", "prune": true, "sourceRef": map[string]any{"kind": "GitRepository", "name": "shop"}}}},
-	}
-	for _, o := range objs {
-		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.GetNamespace()}}); err != nil {
-			t.Fatal(err)
-		}
-		if err := env.Client.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return func(version string) {
-		t.Helper()
-		statuses := []map[string]any{
-			{"resources": []any{map[string]any{"group": "widgetry.io", "version": version, "kind": "Widget", "namespace": "gitops", "name": "web", "status": "Synced"},
-				map[string]any{"group": "", "version": "v1", "kind": "ConfigMap", "namespace": "gitops", "name": "cfg", "status": "Synced"}}},
-			{"inventory": map[string]any{"entries": []any{map[string]any{"id": "gitops_web_widgetry.io_Widget", "v": version},
-				map[string]any{"id": "gitops_cfg__ConfigMap", "v": "v1"}}}},
-		}
-		for i, o := range objs {
-			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
-				t.Fatal(err)
-			}
-			o.Object["status"] = statuses[i]
-			// Argo CD's Application has no status subresource; Flux's Kustomization has one.
-			err := env.Client.Status().Update(ctx, o)
-			if apierrors.IsNotFound(err) {
-				err = env.Client.Update(ctx, o)
-			}
-			if err != nil {
-				t.Fatalf("%s %s status: %v", o.GetKind(), o.GetName(), err)
-			}
-		}
 	}
 }

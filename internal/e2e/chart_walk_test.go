@@ -102,7 +102,12 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 	ensureNamespace(t, c, widgetNamespace)
 
 	start := time.Now()
-	w.mustHelm("install", "widget-operator", chart, "--set", "image.tag=dev", "--wait", "--timeout", "5m")
+	install := "image.tag=dev"
+	if viaUninstall {
+		// The Helm 4 walk's preflights run the census (census_walk_test.go).
+		install += ",apiUpgrade.census.rbac=true"
+	}
+	w.mustHelm("install", "widget-operator", chart, "--set", install, "--wait", "--timeout", "5m")
 	t.Logf("helm install --wait: %s", time.Since(start).Round(time.Second))
 	w.checkCertificates()
 	w.checkStage(crd.StageInitial)
@@ -114,6 +119,10 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 	w.serverSideApply(appliedNamespace, "v1alpha1")
 	w.applyGitOps(appliedNamespace)
 	w.gitopsUnchanged(crd.StageInitial)
+	var apps *userApps
+	if viaUninstall {
+		apps = w.installUserApps()
+	}
 
 	// A skipped stage: refused by the pre-upgrade preflight, with its message, nothing changed.
 	before := w.crd()
@@ -141,6 +150,7 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 		if stage == crd.StageUnserve {
 			if viaUninstall {
 				w.drillBackup()
+				apps.refusedAtUnserve()
 			}
 			values = w.unserveAfterTraffic(viaUninstall)
 			if viaUninstall {
@@ -160,12 +170,14 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 		out := w.mustHelm("upgrade", "widget-operator", chart, "--reuse-values", "--set", values, "--wait", "--timeout", "5m")
 		t.Logf("helm upgrade to %s: %s", stage, time.Since(start).Round(time.Second))
 		if stage == crd.StageUnserve {
-			want := `ok: overridden ("` + undrilledReason + `"): no backup of widgets.widgetry.io is recorded in namespace ` + releaseNamespace + ", so none was drilled"
+			wants := []string{`ok: overridden ("` + undrilledReason + `"): no backup of widgets.widgetry.io is recorded in namespace ` + releaseNamespace + ", so none was drilled"}
 			if viaUninstall {
-				want = "objects restored and read back"
+				wants = []string{"objects restored and read back", `ok: overridden ("` + legacyReason + `"): 1 place(s)`}
 			}
-			if !strings.Contains(out, want) {
-				t.Errorf("helm upgrade to unserve does not print the backup-drilled check's %q:\n%s", want, out)
+			for _, want := range wants {
+				if !strings.Contains(out, want) {
+					t.Errorf("helm upgrade to unserve does not print %q:\n%s", want, out)
+				}
 			}
 		}
 		if stage == crd.StageFlipStorage {
@@ -229,6 +241,7 @@ func walk(t *testing.T, c *cluster.Cluster, helm, widgetNamespace string, viaUni
 		w.verify(stage)
 	}
 	if viaUninstall {
+		apps.afterRemove()
 		// Uninstall at remove keeps every Widget; a new install at remove takes them over.
 		w.uninstallKeepsWidgets(crd.StageRemove)
 		w.mustHelm("install", "widget-operator", chart, "--set", "image.tag=dev,apiUpgrade.stage=remove", "--wait", "--timeout", "5m")
@@ -309,13 +322,14 @@ func (w *e2e) runbookChecks() {
 func (w *e2e) unserveAfterTraffic(byWindow bool) string {
 	w.t.Helper()
 	const window = "15s"
-	undrilled := ""
-	if !byWindow {
-		// Helm 3's walk takes no backup: the backup-drilled check is overridden, recorded.
-		undrilled = ",apiUpgrade.backup.allowReason=" + undrilledReason
+	// Helm 3's walk takes no backup: the backup-drilled check is overridden, recorded. Helm 4's
+	// leaves legacy on v1alpha1: the census is overridden, recorded.
+	override := ",apiUpgrade.backup.allowReason=" + undrilledReason
+	if byWindow {
+		override = ",apiUpgrade.census.allowReason=" + legacyReason
 	}
 	before := w.crd()
-	out, err := w.runHelm("upgrade", "widget-operator", w.chart, "--reuse-values", "--set", "apiUpgrade.stage=unserve,apiUpgrade.oldVersionTraffic.window="+window+undrilled, "--wait", "--timeout", "5m")
+	out, err := w.runHelm("upgrade", "widget-operator", w.chart, "--reuse-values", "--set", "apiUpgrade.stage=unserve,apiUpgrade.oldVersionTraffic.window="+window+override, "--wait", "--timeout", "5m")
 	if err == nil {
 		w.t.Fatalf("helm upgrade to unserve after v1alpha1 traffic succeeded:\n%s", out)
 	}
@@ -330,9 +344,9 @@ func (w *e2e) unserveAfterTraffic(byWindow bool) string {
 	if byWindow {
 		d, _ := time.ParseDuration(window)
 		time.Sleep(d + 2*time.Second)
-		return "apiUpgrade.stage=unserve,apiUpgrade.oldVersionTraffic.window=" + window
+		return "apiUpgrade.stage=unserve,apiUpgrade.oldVersionTraffic.window=" + window + override
 	}
-	return "apiUpgrade.stage=unserve,apiUpgrade.oldVersionTraffic.allowReason=e2e walk: the fleet uses v1alpha1 on purpose" + undrilled
+	return "apiUpgrade.stage=unserve,apiUpgrade.oldVersionTraffic.allowReason=e2e walk: the fleet uses v1alpha1 on purpose" + override
 }
 
 // undrilledReason is Helm 3's walk's override of the backup-drilled check.

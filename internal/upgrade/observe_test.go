@@ -96,7 +96,7 @@ func TestPlanOneStageAtATime(t *testing.T) {
 		t.Errorf("initial -> migrate changes the flags twice: %v", err)
 	}
 	if steps, err := Plan(unserve, cfg, crd.StageRemove); err != nil || len(steps) != 1 || steps[0].Rollback ||
-		!slices.Equal(steps[0].Checks, []Check{CheckEstablished, CheckOnlyNewStored, CheckOwnerReferences, CheckOldManagedFields, CheckRestoreDrilled, CheckOldManifests, CheckOldTraffic}) {
+		!slices.Equal(steps[0].Checks, []Check{CheckEstablished, CheckOnlyNewStored, CheckOwnerReferences, CheckOldManagedFields, CheckOldManifests, CheckRestoreDrilled, CheckOldTraffic}) {
 		t.Errorf("unserve -> remove: %+v %v", steps, err)
 	}
 	removed := ObserveCRD(widgetAt(t, crd.StageRemove, "v1"), cfg)
