@@ -37,6 +37,15 @@ type Ledger struct {
 
 // Load returns the samples, oldest first; none when the ConfigMap does not exist.
 func (l Ledger) Load(ctx context.Context) ([]Sample, error) {
+	cm, err := l.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return decode(cm, l)
+}
+
+// get reads the ledger's ConfigMap: nil when it does not exist.
+func (l Ledger) get(ctx context.Context) (*corev1.ConfigMap, error) {
 	cm := &corev1.ConfigMap{}
 	if err := l.Client.Get(ctx, client.ObjectKey{Namespace: l.Namespace, Name: l.Name}, cm); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -44,17 +53,26 @@ func (l Ledger) Load(ctx context.Context) ([]Sample, error) {
 		}
 		return nil, fmt.Errorf("read the request counts recorded in ConfigMap %s/%s: %w", l.Namespace, l.Name, err)
 	}
-	return decode(cm, l)
+	return cm, nil
 }
 
 func decode(cm *corev1.ConfigMap, l Ledger) ([]Sample, error) {
-	var samples []Sample
-	if data := cm.Data[ledgerKey]; data != "" {
-		if err := json.Unmarshal([]byte(data), &samples); err != nil {
-			return nil, fmt.Errorf("ConfigMap %s/%s key %s is not the samples this tool writes (%w): delete it to start counting afresh", l.Namespace, l.Name, ledgerKey, err)
+	return decodeKey[Sample](cm, l, ledgerKey, "delete it to start counting afresh")
+}
+
+// decodeKey decodes the JSON list under key; none when cm is nil or the key is empty. fix says
+// what to do with a key this tool did not write.
+func decodeKey[T any](cm *corev1.ConfigMap, l Ledger, key, fix string) ([]T, error) {
+	var out []T
+	if cm == nil {
+		return nil, nil
+	}
+	if data := cm.Data[key]; data != "" {
+		if err := json.Unmarshal([]byte(data), &out); err != nil {
+			return nil, fmt.Errorf("ConfigMap %s/%s key %s is not what this tool writes (%w): %s", l.Namespace, l.Name, key, err, fix)
 		}
 	}
-	return samples, nil
+	return out, nil
 }
 
 // Append adds s, keeping the newest sample of each mark and the newest keptSamples others (an
@@ -80,24 +98,15 @@ func (l Ledger) Append(ctx context.Context, s Sample) error {
 
 // LoadOwn returns the records of our own requests; none when the ConfigMap does not exist.
 func (l Ledger) LoadOwn(ctx context.Context) ([]OwnRecord, error) {
-	cm := &corev1.ConfigMap{}
-	if err := l.Client.Get(ctx, client.ObjectKey{Namespace: l.Namespace, Name: l.Name}, cm); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("read the records of our own requests in ConfigMap %s/%s: %w", l.Namespace, l.Name, err)
+	cm, err := l.get(ctx)
+	if err != nil {
+		return nil, err
 	}
 	return decodeOwn(cm, l)
 }
 
 func decodeOwn(cm *corev1.ConfigMap, l Ledger) ([]OwnRecord, error) {
-	var own []OwnRecord
-	if data := cm.Data[ownKey]; data != "" {
-		if err := json.Unmarshal([]byte(data), &own); err != nil {
-			return nil, fmt.Errorf("ConfigMap %s/%s key %s is not the records this tool writes (%w): delete the key (our own requests then count against the gate until the window passes)", l.Namespace, l.Name, ownKey, err)
-		}
-	}
-	return own, nil
+	return decodeKey[OwnRecord](cm, l, ownKey, "delete the key (our own requests then count against the gate until the window passes)")
 }
 
 // AppendOwn adds records of our own requests to an existing ledger. Without one, no sample was

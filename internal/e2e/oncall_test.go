@@ -156,8 +156,8 @@ func TestOnCallFromALaptop(t *testing.T) {
 }
 
 // readOnlyCommand matches the runbook commands that only read: kubectl's reading verbs, helm's
-// history and values, widgetctl's status, plan and verify.
-var readOnlyCommand = regexp.MustCompile(`^(kubectl( -n \$NS)? (get|describe|logs|auth can-i|widget status)\b|helm -n \$NS (history|list|status|get values)\b|widgetctl (status|upgrade status|upgrade plan|verify)\b)`)
+// history and values, widgetctl's status, plan, verify and census.
+var readOnlyCommand = regexp.MustCompile(`^(kubectl( -n \$NS)? (get|describe|logs|auth can-i|widget status)\b|helm -n \$NS (history|list|status|get values)\b|widgetctl (status|upgrade status|upgrade plan|verify|census)\b)`)
 
 // readOnlyAssignment matches the variable assignments such commands need: literals and reads.
 var readOnlyAssignment = regexp.MustCompile(`^[A-Z_]+=([A-Za-z0-9/._-]+|\$\((kubectl get|helm -n \$NS list) [^)]*\)[^;&]*)$`)
