@@ -85,7 +85,7 @@ func (u *userApps) refusedAtUnserve() {
 		w.t.Error("the refused upgrade changed the CRD")
 	}
 	bin := filepath.Join(w.c.Bin, "widgetctl")
-	if out := w.c.Run(w.t, bin, "migrate-release", "shop", "-n", "user-shop", "--backup-dir", w.t.TempDir()); !strings.Contains(out, "rewrote 1 Widget(s) in 1 revision(s) of Helm release user-shop/shop to v1") {
+	if out := w.c.Run(w.t, bin, "migrate-release", "shop", "-n", "user-shop", "--backup-dir", filepath.Join(w.t.TempDir(), "records")); !strings.Contains(out, "rewrote 1 Widget(s) in 1 revision(s) of Helm release user-shop/shop to v1") {
 		w.t.Errorf("migrate-release shop:\n%s", out)
 	}
 	u.gitops("v1")
