@@ -111,15 +111,13 @@ func decodeOwn(cm *corev1.ConfigMap, l Ledger) ([]OwnRecord, error) {
 
 // AppendOwn adds records of our own requests to an existing ledger. Without one, no sample was
 // taken yet (the storage flip's preflight takes the first), so no window can hold them: they
-// are dropped, and AppendOwn reports false.
-func (l Ledger) AppendOwn(ctx context.Context, records []OwnRecord) (bool, error) {
+// are dropped.
+func (l Ledger) AppendOwn(ctx context.Context, records []OwnRecord) error {
 	if len(records) == 0 {
-		return false, nil
+		return nil
 	}
-	exists := true
 	err := l.update(ctx, false, func(cm *corev1.ConfigMap) error {
 		if cm == nil {
-			exists = false
 			return nil
 		}
 		samples, err := decode(cm, l)
@@ -138,9 +136,9 @@ func (l Ledger) AppendOwn(ctx context.Context, records []OwnRecord) (bool, error
 		return nil
 	})
 	if err != nil {
-		return false, fmt.Errorf("record our own requests in ConfigMap %s/%s: %w", l.Namespace, l.Name, err)
+		return fmt.Errorf("record our own requests in ConfigMap %s/%s: %w", l.Namespace, l.Name, err)
 	}
-	return exists, nil
+	return nil
 }
 
 // update applies change to the ledger's ConfigMap, retrying on conflicts; with create, a

@@ -51,18 +51,17 @@ func (g *GlobalOptions) recordOwnRequests(ctx context.Context) {
 		ns := g.records
 		if ns == "" {
 			// The namespace the CRD names first: a command's -n may name the Widgets'
-			// namespace (selftest) or another release's (migrate-release).
+			// namespace (selftest) or another release's (migrate-release). Else -n, else the
+			// context's, as findReleaseNamespace.
 			found, err := releaseNamespaceOfCRD(ctx, c)
-			if err == nil && found.Namespace == "" {
-				found, err = g.findReleaseNamespace(ctx, c)
-			}
 			if err != nil {
 				return err
 			}
-			ns = found.Namespace
+			if ns = found.Namespace; ns == "" {
+				ns = g.Namespace()
+			}
 		}
-		_, err = apitraffic.Ledger{Client: c, Namespace: ns, Name: apitraffic.LedgerName(crd.WidgetName)}.AppendOwn(ctx, records)
-		return err
+		return apitraffic.Ledger{Client: c, Namespace: ns, Name: apitraffic.LedgerName(crd.WidgetName)}.AppendOwn(ctx, records)
 	}()
 	if err != nil {
 		var sent []string

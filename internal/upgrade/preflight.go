@@ -297,11 +297,9 @@ func backupRecorded(ctx context.Context, cl Clients, cfg Config) string {
 // write through once the old one goes) and a restore drill of it passed: a backup nobody has
 // restored is a hope, and after remove a bad one cannot be retaken through the old version.
 func restoreDrilled(ctx context.Context, cl Clients, cfg Config, live *apiextensionsv1.CustomResourceDefinition, to crd.Stage) (string, error) {
-	problem := undrilled(ctx, cl, cfg)
+	drilled, problem := drillState(ctx, cl, cfg)
 	if problem == "" {
-		r, _ := backup.LastRecord(ctx, cl.Client, cl.RecordsNamespace, cfg.CRD)
-		d, _ := backup.LastDrill(ctx, cl.Client, cl.RecordsNamespace, cfg.CRD)
-		return fmt.Sprintf("backup %s (taken %s ago) drilled %s ago: %d objects restored and read back", r.Dir, time.Since(r.Time).Round(time.Second), time.Since(d.Time).Round(time.Second), d.Objects), nil
+		return drilled, nil
 	}
 	if cl.AllowUndrilledReason == "" {
 		return "", errors.New(problem)
@@ -313,33 +311,34 @@ func restoreDrilled(ctx context.Context, cl Clients, cfg Config, live *apiextens
 	return note, nil
 }
 
-// undrilled says why the recorded backup is not one taken after the flip and drilled, with the
-// commands that make it one; "" when it is.
-func undrilled(ctx context.Context, cl Clients, cfg Config) string {
+// drillState reads the recorded backup and its drill once: what was drilled, or (problem) why
+// the recorded backup is not one taken after the flip and drilled, with the commands that make
+// it one.
+func drillState(ctx context.Context, cl Clients, cfg Config) (drilled, problem string) {
 	todo := fmt.Sprintf("widgetctl backup --out DIR --records-namespace %s, then widgetctl restore --from DIR --drill --records-namespace %s (%s)",
 		cl.RecordsNamespace, cl.RecordsNamespace, restoreRunbook(cfg))
 	if cl.RecordsNamespace == "" {
-		return "no namespace to read the backup record from: pass --records-namespace (the release namespace)"
+		return "", "no namespace to read the backup record from: pass --records-namespace (the release namespace)"
 	}
 	r, err := backup.LastRecord(ctx, cl.Client, cl.RecordsNamespace, cfg.CRD)
 	switch {
 	case err != nil:
-		return err.Error()
+		return "", err.Error()
 	case r == nil:
-		return fmt.Sprintf("no backup of %s is recorded in namespace %s, so none was drilled; before the old version goes: %s", cfg.CRD, cl.RecordsNamespace, todo)
+		return "", fmt.Sprintf("no backup of %s is recorded in namespace %s, so none was drilled; before the old version goes: %s", cfg.CRD, cl.RecordsNamespace, todo)
 	case r.StorageVersion != cfg.New:
-		return fmt.Sprintf("the recorded backup (%s) was taken with %s as the storage version, before the flip; take one now and drill it: %s", r.Time.Format(time.RFC3339), r.StorageVersion, todo)
+		return "", fmt.Sprintf("the recorded backup (%s) was taken with %s as the storage version, before the flip; take one now and drill it: %s", r.Time.Format(time.RFC3339), r.StorageVersion, todo)
 	}
 	d, err := backup.LastDrill(ctx, cl.Client, cl.RecordsNamespace, cfg.CRD)
 	switch {
 	case err != nil:
-		return err.Error()
+		return "", err.Error()
 	case d == nil || !d.BackupTime.Equal(r.Time):
-		return fmt.Sprintf("the recorded backup (%s, %s) has not been drilled: widgetctl restore --from %s --drill --records-namespace %s", r.Time.Format(time.RFC3339), r.Dir, r.Dir, cl.RecordsNamespace)
+		return "", fmt.Sprintf("the recorded backup (%s, %s) has not been drilled: widgetctl restore --from %s --drill --records-namespace %s", r.Time.Format(time.RFC3339), r.Dir, r.Dir, cl.RecordsNamespace)
 	case !d.OK:
-		return fmt.Sprintf("the drill of the recorded backup (%s) failed for %d object(s) on %s: that backup would not restore them; see %s", r.Dir, d.Failed, d.Time.Format(time.RFC3339), restoreRunbook(cfg))
+		return "", fmt.Sprintf("the drill of the recorded backup (%s) failed for %d object(s) on %s: that backup would not restore them; see %s", r.Dir, d.Failed, d.Time.Format(time.RFC3339), restoreRunbook(cfg))
 	}
-	return ""
+	return fmt.Sprintf("backup %s (taken %s ago) drilled %s ago: %d objects restored and read back", r.Dir, time.Since(r.Time).Round(time.Second), time.Since(d.Time).Round(time.Second), d.Objects), ""
 }
 
 // restoreRunbook is the restore procedure, beside the upgrade runbooks.

@@ -101,7 +101,7 @@ func (tc *TrafficCheck) resource(cfg Config, live *apiextensionsv1.CustomResourc
 
 // sample reads every instance now, once this process's own requests so far are in the ledger.
 func (tc *TrafficCheck) sample(ctx context.Context, r apitraffic.Resource) (apitraffic.Sample, error) {
-	if _, err := tc.Ledger.AppendOwn(ctx, tc.Own.Take()); err != nil {
+	if err := tc.Ledger.AppendOwn(ctx, tc.Own.Take()); err != nil {
 		return apitraffic.Sample{}, err
 	}
 	addrs, err := tc.Instances(ctx)
