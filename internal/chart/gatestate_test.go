@@ -32,9 +32,11 @@ import (
 // The accounts of the chart rendered with helmtemplate's defaults (release widget-operator in
 // widget-system), and the forgers.
 const (
-	gateNS       = "widget-system"
-	hooksUser    = "system:serviceaccount:widget-system:widget-operator-hooks"
-	managerUser  = "system:serviceaccount:widget-system:widget-operator"
+	gateNS    = "widget-system"
+	hooksUser = "system:serviceaccount:widget-system:widget-operator-hooks"
+	// The controller plane writes the bundle; the webhook plane, network-facing, writes nothing.
+	managerUser  = "system:serviceaccount:widget-system:widget-operator-controller"
+	webhookUser  = "system:serviceaccount:widget-system:widget-operator"
 	editorUser   = "editor@example.com" // may write ConfigMaps and Secrets in the release namespace
 	gateGuard    = "widgets.widgetry.io-gate-state-guard"
 	storedGuard  = "widgets.widgetry.io-stored-versions-guard"
@@ -87,7 +89,7 @@ func startGateEnv(t *testing.T) *gateEnv {
 	must(t, admin.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: statusWriter}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions", "customresourcedefinitions/status"}, Verbs: []string{"get", "update"}},
 	}}))
-	for _, user := range []string{hooksUser, managerUser, editorUser, svmUser, kcmUser} {
+	for _, user := range []string{hooksUser, managerUser, webhookUser, editorUser, svmUser, kcmUser} {
 		subject := rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}
 		if ns, name, ok := strings.Cut(strings.TrimPrefix(user, "system:serviceaccount:"), ":"); ok && strings.HasPrefix(user, "system:serviceaccount:") {
 			subject = rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}
@@ -214,13 +216,17 @@ func TestGateStateGuard(t *testing.T) {
 		forgeries = append(forgeries,
 			forgery{"a namespace editor writes " + name, func() error { return g.write(editorUser, g.configMap(name, "", forged)) }},
 			forgery{"a namespace editor writes " + name + " with a reason", func() error { return g.write(editorUser, g.configMap(name, "I say so", forged)) }},
-			forgery{"the manager's account writes " + name, func() error { return g.write(managerUser, g.configMap(name, "", forged)) }},
+			forgery{"the controller plane's account writes " + name, func() error { return g.write(managerUser, g.configMap(name, "", forged)) }},
+			forgery{"the webhook plane's account writes " + name, func() error { return g.write(webhookUser, g.configMap(name, "", forged)) }},
 			forgery{"a cluster admin writes " + name + " without a reason", func() error { return g.write("admin", g.configMap(name, "", forged)) }},
 		)
 	}
 	forgeries = append(forgeries,
 		forgery{"a cluster admin seals a checkpoint", func() error {
 			return g.write("admin", g.configMap(gated[0], "resume from here", map[string]string{"lastKey": "~", migrate.KeySealedBy: "me"}))
+		}},
+		forgery{"the webhook plane's account plants a CA in the bundle", func() error {
+			return g.write(webhookUser, g.secret("", map[string][]byte{"ca.crt": []byte("planted")}))
 		}},
 		forgery{"a namespace editor plants a CA in the bundle", func() error {
 			return g.write(editorUser, g.secret("", map[string][]byte{"ca.crt": []byte("planted")}))
@@ -272,7 +278,7 @@ func TestGateStateGuard(t *testing.T) {
 				return g.write("admin", g.configMap(gated[0], "restart the migration", map[string]string{"lastKey": "ns/w"}))
 			}},
 			{"helm creates the bundle Secret without data", func() error { return g.write("admin", g.secret("", nil)) }},
-			{"the manager writes the bundle", func() error {
+			{"the controller plane writes the bundle", func() error {
 				return g.write(managerUser, g.secret("", map[string][]byte{"ca.crt": []byte("ca")}))
 			}},
 			{"the migrate hook trims storedVersions", func() error { return g.trim(hooksUser, crdObj) }},

@@ -22,8 +22,8 @@ import (
 func eachPod(t *testing.T, objs helmtemplate.Objects, check func(t *testing.T, what string, spec corev1.PodSpec)) {
 	t.Helper()
 	specs := podSpecs(t, objs)
-	if len(specs) < 5 {
-		t.Fatalf("want the manager, at least 3 hook Jobs and the test pod, got %d", len(specs))
+	if len(specs) < 6 {
+		t.Fatalf("want the two planes, at least 3 hook Jobs and the test pod, got %d", len(specs))
 	}
 	for what, spec := range specs {
 		check(t, what, spec)
@@ -34,7 +34,7 @@ func eachPod(t *testing.T, objs helmtemplate.Objects, check func(t *testing.T, w
 func hookPods(t *testing.T, objs helmtemplate.Objects, check func(t *testing.T, what string, spec corev1.PodSpec)) {
 	t.Helper()
 	eachPod(t, objs, func(t *testing.T, what string, spec corev1.PodSpec) {
-		if what != "Deployment" {
+		if !strings.HasPrefix(what, "Deployment ") {
 			check(t, what, spec)
 		}
 	})
@@ -79,12 +79,18 @@ var optionCases = []valueCase{{
 			t.Fatal(err)
 		}
 		sel := quota.Spec.ScopeSelector.MatchExpressions
-		if quota.Spec.Hard.Pods().Value() != 10 || len(sel) != 1 || sel[0].ScopeName != corev1.ResourceQuotaScopePriorityClass ||
+		// Five times both planes' replicas (2 + 2).
+		if quota.Spec.Hard.Pods().Value() != 20 || len(sel) != 1 || sel[0].ScopeName != corev1.ResourceQuotaScopePriorityClass ||
 			!slices.Equal(sel[0].Values, []string{"system-cluster-critical"}) {
 			t.Errorf("critical-pods quota: %+v", quota.Spec)
 		}
-		if sa := objs.Get("ServiceAccount", "widget-operator"); sa == nil || !automounts(t, sa) {
-			t.Errorf("ServiceAccount: %v", sa)
+		for _, name := range []string{"widget-operator", "widget-operator-controller"} {
+			if sa := objs.Get("ServiceAccount", name); sa == nil || !automounts(t, sa) {
+				t.Errorf("ServiceAccount %s: %v", name, sa)
+			}
+		}
+		if ctl := controllerDeployment(t, objs).Spec.Template.Spec; ctl.PriorityClassName != "system-cluster-critical" || ctl.ServiceAccountName != "widget-operator-controller" {
+			t.Errorf("controller pod: priorityClassName %q serviceAccountName %q", ctl.PriorityClassName, ctl.ServiceAccountName)
 		}
 		// No token Secret without monitoring: the one Secret is the CA bundle's (empty).
 		if secrets := objs.Kind("Secret"); len(secrets) != 1 || secrets[0].GetName() != "widget-operator-ca-bundle" {
@@ -134,6 +140,9 @@ var optionCases = []valueCase{{
 		jsonEq(t, "container ports", ports, map[string]int32{"webhook": 10260, "metrics": 10261, "health": 10262})
 		if c.ReadinessProbe.HTTPGet.Port.String() != "health" {
 			t.Errorf("readiness probe port %s", c.ReadinessProbe.HTTPGet.Port.String())
+		}
+		if ctl := controllerDeployment(t, objs).Spec.Template.Spec; ctl.HostNetwork || ctl.DNSPolicy != corev1.DNSClusterFirst {
+			t.Errorf("the controller plane: hostNetwork %t dnsPolicy %s (it serves no webhook)", ctl.HostNetwork, ctl.DNSPolicy)
 		}
 		hookPods(t, objs, func(t *testing.T, what string, spec corev1.PodSpec) {
 			if spec.HostNetwork {
@@ -189,7 +198,7 @@ var optionCases = []valueCase{{
 		map[string]any{"maxSkew": 2, "topologyKey": "rack", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": map[string]any{"matchLabels": map[string]any{"app": "x"}}}}},
 	check: func(t *testing.T, objs helmtemplate.Objects) {
 		tsc := deployment(t, objs).Spec.Template.Spec.TopologySpreadConstraints
-		if len(tsc) != 2 || tsc[0].TopologyKey != "kubernetes.io/hostname" || tsc[0].LabelSelector.MatchLabels["app.kubernetes.io/component"] != "manager" ||
+		if len(tsc) != 2 || tsc[0].TopologyKey != "kubernetes.io/hostname" || tsc[0].LabelSelector.MatchLabels["app.kubernetes.io/component"] != "webhook" ||
 			tsc[1].TopologyKey != "rack" || len(tsc[1].LabelSelector.MatchLabels) != 1 || tsc[1].LabelSelector.MatchLabels["app"] != "x" {
 			t.Errorf("topologySpreadConstraints %+v", tsc)
 		}
@@ -198,11 +207,24 @@ var optionCases = []valueCase{{
 		}
 	},
 }, {
+	name: "the controller plane's own priority and grace period; the quota admits both classes",
+	kv:   []any{"controller.priorityClassName", "system-node-critical", "controller.terminationGracePeriodSeconds", 40},
+	check: func(t *testing.T, objs helmtemplate.Objects) {
+		ctl := controllerDeployment(t, objs).Spec.Template.Spec
+		if ctl.PriorityClassName != "system-node-critical" || *ctl.TerminationGracePeriodSeconds != 40 ||
+			deployment(t, objs).Spec.Template.Spec.PriorityClassName != "system-cluster-critical" {
+			t.Errorf("controller pod: priorityClassName %q grace %d", ctl.PriorityClassName, *ctl.TerminationGracePeriodSeconds)
+		}
+		quota := objs.Get("ResourceQuota", "widget-operator-critical-pods")
+		jsonEq(t, "quota classes", field(t, quota, "spec", "scopeSelector", "matchExpressions"),
+			[]any{map[string]any{"scopeName": "PriorityClass", "operator": "In", "values": []string{"system-cluster-critical", "system-node-critical"}}})
+	},
+}, {
 	name: "budget by minAvailable",
 	kv:   []any{"podDisruptionBudget.minAvailable", 2, "replicaCount", 3},
 	check: func(t *testing.T, objs helmtemplate.Objects) {
 		pdb := &policyv1.PodDisruptionBudget{}
-		if err := helmtemplate.Into(objs.Get("PodDisruptionBudget", "widget-operator"), pdb); err != nil {
+		if err := helmtemplate.Into(objs.Get("PodDisruptionBudget", "widget-operator-webhook"), pdb); err != nil {
 			t.Fatal(err)
 		}
 		if pdb.Spec.MinAvailable.IntValue() != 2 || pdb.Spec.MaxUnavailable != nil {
@@ -214,7 +236,7 @@ var optionCases = []valueCase{{
 	kv:   []any{"podDisruptionBudget.maxUnavailable", "50%"},
 	check: func(t *testing.T, objs helmtemplate.Objects) {
 		pdb := &policyv1.PodDisruptionBudget{}
-		if err := helmtemplate.Into(objs.Get("PodDisruptionBudget", "widget-operator"), pdb); err != nil {
+		if err := helmtemplate.Into(objs.Get("PodDisruptionBudget", "widget-operator-webhook"), pdb); err != nil {
 			t.Fatal(err)
 		}
 		if pdb.Spec.MaxUnavailable.String() != "50%" || pdb.Spec.MinAvailable != nil {
@@ -239,22 +261,27 @@ var optionCases = []valueCase{{
 	},
 }, {
 	name: "an existing ServiceAccount",
-	kv:   []any{"serviceAccount.create", false, "serviceAccount.name", "platform-widgets", "serviceAccount.automountServiceAccountToken", false},
+	kv: []any{"serviceAccount.create", false, "serviceAccount.name", "platform-widgets", "controller.serviceAccountName", "platform-widgets-controller",
+		"serviceAccount.automountServiceAccountToken", false},
 	check: func(t *testing.T, objs helmtemplate.Objects) {
-		if objs.Get("ServiceAccount", "widget-operator") != nil || objs.Get("ServiceAccount", "platform-widgets") != nil {
-			t.Error("the manager's ServiceAccount rendered with serviceAccount.create=false")
+		if slices.ContainsFunc([]string{"widget-operator", "widget-operator-controller", "platform-widgets", "platform-widgets-controller"},
+			func(n string) bool { return objs.Get("ServiceAccount", n) != nil }) {
+			t.Error("the planes' ServiceAccounts rendered with serviceAccount.create=false")
 		}
-		pod := deployment(t, objs).Spec.Template.Spec
-		if pod.ServiceAccountName != "platform-widgets" || pod.AutomountServiceAccountToken == nil || !*pod.AutomountServiceAccountToken {
-			t.Errorf("manager pod: %s automount %v", pod.ServiceAccountName, pod.AutomountServiceAccountToken)
+		for name, pod := range map[string]corev1.PodSpec{"platform-widgets": deployment(t, objs).Spec.Template.Spec,
+			"platform-widgets-controller": controllerDeployment(t, objs).Spec.Template.Spec} {
+			if pod.ServiceAccountName != name || pod.AutomountServiceAccountToken == nil || !*pod.AutomountServiceAccountToken {
+				t.Errorf("pod: %s automount %v, want %s", pod.ServiceAccountName, pod.AutomountServiceAccountToken, name)
+			}
 		}
-		for _, b := range []struct{ kind, name string }{{"ClusterRoleBinding", "widget-operator-manager"}, {"RoleBinding", "widget-operator-manager"}} {
+		for _, b := range []struct{ kind, name, sa string }{{"ClusterRoleBinding", "widget-operator-webhook", "platform-widgets"},
+			{"ClusterRoleBinding", "widget-operator-controller", "platform-widgets-controller"}, {"RoleBinding", "widget-operator-controller", "platform-widgets-controller"}} {
 			rb := &rbacv1.RoleBinding{}
 			if err := helmtemplate.Into(objs.Get(b.kind, b.name), rb); err != nil {
 				t.Fatalf("%s %s: %v", b.kind, b.name, err)
 			}
-			if rb.Subjects[0].Name != "platform-widgets" {
-				t.Errorf("%s %s binds %s", b.kind, b.name, rb.Subjects[0].Name)
+			if rb.Subjects[0].Name != b.sa {
+				t.Errorf("%s %s binds %s, want %s", b.kind, b.name, rb.Subjects[0].Name, b.sa)
 			}
 		}
 		sa := render(t, set("serviceAccount.name", "platform-widgets", "serviceAccount.automountServiceAccountToken", false)).Get("ServiceAccount", "platform-widgets")
@@ -387,16 +414,19 @@ var optionCases = []valueCase{{
 		if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}) {
 			t.Errorf("policyTypes %v", np.Spec.PolicyTypes)
 		}
-		// From the control plane, the hooks, and the manager pods (the elected one asks each
-		// replica which certificate it serves, for the CA bundle).
+		// From the control plane, the hooks, and the release's pods (the elected controller asks
+		// each webhook replica which certificate it serves, for the CA bundle).
 		from := np.Spec.Ingress[0].From
 		if len(from) != 3 || from[0].IPBlock.CIDR != "10.0.0.0/24" || from[1].PodSelector.MatchLabels["app.kubernetes.io/component"] != "hooks" ||
-			from[2].PodSelector.MatchLabels["app.kubernetes.io/component"] != "manager" {
+			from[2].PodSelector.MatchLabels["app.kubernetes.io/instance"] != "widget-operator" || from[2].PodSelector.MatchLabels["app.kubernetes.io/component"] != "" {
 			t.Errorf("webhook ingress from %+v", from)
+		}
+		if sel := np.Spec.PodSelector.MatchLabels; sel["app.kubernetes.io/instance"] != "widget-operator" || sel["app.kubernetes.io/component"] != "" {
+			t.Errorf("the policy selects %v, want both planes' pods", sel)
 		}
 		eg := np.Spec.Egress
 		if len(eg) != 3 || eg[0].Ports[0].Port.IntValue() != 6443 || eg[0].To[0].IPBlock.CIDR != "10.0.0.10/32" ||
-			eg[1].Ports[0].Port.IntValue() != 9443 || eg[1].To[0].PodSelector.MatchLabels["app.kubernetes.io/component"] != "manager" ||
+			eg[1].Ports[0].Port.IntValue() != 9443 || eg[1].To[0].PodSelector.MatchLabels["widgetry.io/serves-webhooks"] != "true" ||
 			eg[2].Ports[0].Port.IntValue() != 53 || *eg[2].Ports[0].Protocol != corev1.ProtocolUDP || *eg[2].Ports[1].Protocol != corev1.ProtocolTCP {
 			t.Errorf("egress %+v", eg)
 		}
@@ -413,8 +443,12 @@ var optionCases = []valueCase{{
 	kv: []any{"manager.controllerHealthPort", 9082, "controllerResources", map[string]any{"requests": map[string]any{"cpu": "10m", "memory": "32Mi"},
 		"limits": map[string]any{"memory": "512Mi"}}},
 	check: func(t *testing.T, objs helmtemplate.Objects) {
-		ctl := deployment(t, objs).Spec.Template.Spec.Containers[1]
-		if !slices.Contains(ctl.Args, "--health-probe-bind-address=:9082") || ctl.Ports[0].ContainerPort != 9082 ||
+		ctl := controllerDeployment(t, objs).Spec.Template.Spec.Containers[0]
+		ports := map[string]int32{}
+		for _, p := range ctl.Ports {
+			ports[p.Name] = p.ContainerPort
+		}
+		if !slices.Contains(ctl.Args, "--health-probe-bind-address=:9082") || ports["health"] != 9082 || ports["metrics"] != 8443 ||
 			ctl.Resources.Limits.Memory().String() != "512Mi" || ctl.Resources.Requests.Cpu().String() != "10m" {
 			t.Errorf("controller container: args %v ports %+v resources %+v", ctl.Args, ctl.Ports, ctl.Resources)
 		}
@@ -434,14 +468,14 @@ var optionCases = []valueCase{{
 			}
 		}
 		// The bundle's writer is the elected controller.
-		args := deployment(t, objs).Spec.Template.Spec.Containers[1].Args
+		args := controllerDeployment(t, objs).Spec.Template.Spec.Containers[0].Args
 		for _, want := range []string{"--ca-bundle-secret=widget-operator-ca-bundle", "--serving-secret=widget-operator-serving-cert", "--webhook-service-name=widget-operator-webhook"} {
 			if !slices.Contains(args, want) {
 				t.Errorf("controller args lack %s: %v", want, args)
 			}
 		}
 		role := &rbacv1.Role{}
-		if err := helmtemplate.Into(objs.Get("Role", "widget-operator-manager"), role); err != nil {
+		if err := helmtemplate.Into(objs.Get("Role", "widget-operator-controller"), role); err != nil {
 			t.Fatal(err)
 		}
 		var grants []string
@@ -465,12 +499,13 @@ var optionCases = []valueCase{{
 			t.Errorf("CRD annotations %v", ann)
 		}
 		pod := deployment(t, objs).Spec.Template.Spec
+		ctl := controllerDeployment(t, objs).Spec.Template.Spec.Containers[0]
 		if !slices.Contains(pod.Containers[0].Args, "--hold-untrusted-certificates=false") ||
-			slices.ContainsFunc(pod.Containers[1].Args, func(a string) bool { return strings.HasPrefix(a, "--ca-bundle-secret") }) {
-			t.Errorf("manager args %v, controller args %v", pod.Containers[0].Args, pod.Containers[1].Args)
+			slices.ContainsFunc(ctl.Args, func(a string) bool { return strings.HasPrefix(a, "--ca-bundle-secret") }) {
+			t.Errorf("webhook args %v, controller args %v", pod.Containers[0].Args, ctl.Args)
 		}
 		role := &rbacv1.Role{}
-		if err := helmtemplate.Into(objs.Get("Role", "widget-operator-manager"), role); err != nil {
+		if err := helmtemplate.Into(objs.Get("Role", "widget-operator-controller"), role); err != nil {
 			t.Fatal(err)
 		}
 		for _, r := range role.Rules {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 
@@ -24,11 +25,14 @@ func allParts(t *testing.T) helmtemplate.Objects {
 		"monitoring.prometheusRule.enabled", true, "monitoring.dashboards.enabled", true, "networkPolicy.enabled", true), helmtemplate.MonitoringAPIs...)
 }
 
-// podSpecs are the specs of every pod the chart creates: the manager's ("Deployment"), each
-// hook Job's ("Job <name>") and the test pod's ("test Pod").
+// podSpecs are the specs of every pod the chart creates: the two planes' ("Deployment
+// <name>"), each hook Job's ("Job <name>") and the test pod's ("test Pod").
 func podSpecs(t *testing.T, objs helmtemplate.Objects) map[string]corev1.PodSpec {
 	t.Helper()
-	specs := map[string]corev1.PodSpec{"Deployment": deployment(t, objs).Spec.Template.Spec}
+	specs := map[string]corev1.PodSpec{}
+	for _, d := range []*appsv1.Deployment{deployment(t, objs), controllerDeployment(t, objs)} {
+		specs["Deployment "+d.Name] = d.Spec.Template.Spec
+	}
 	for _, u := range objs.Kind("Job") {
 		specs["Job "+u.GetName()] = job(t, objs, u.GetName()).Spec.Template.Spec
 	}
@@ -44,8 +48,8 @@ func podSpecs(t *testing.T, objs helmtemplate.Objects) map[string]corev1.PodSpec
 // passes Pod Security "restricted" and has a read-only root filesystem.
 func TestPodSecurityRestricted(t *testing.T) {
 	specs := podSpecs(t, allParts(t))
-	if len(specs) != 6 {
-		t.Fatalf("want the Deployment, 4 Jobs (preflight, wait-webhooks, migrate, cleanup-finalizers) and the test pod, got %d", len(specs))
+	if len(specs) != 7 {
+		t.Fatalf("want the 2 Deployments, 4 Jobs (preflight, wait-webhooks, migrate, cleanup-finalizers) and the test pod, got %d", len(specs))
 	}
 	for what, spec := range specs {
 		psc := spec.SecurityContext
@@ -103,9 +107,33 @@ func TestRBAC(t *testing.T) {
 		}
 	}
 	// The leader-election Lease and the catalog live in the release namespace only.
-	role := objs.Get("Role", "widget-operator-manager")
+	role := objs.Get("Role", "widget-operator-controller")
 	if role == nil || role.GetNamespace() != "widget-system" {
-		t.Fatal("no manager Role in the release namespace")
+		t.Fatal("no controller plane Role in the release namespace")
+	}
+	// The webhook plane faces the network: no Role, and its ClusterRole writes nothing (only
+	// the reviews of its scrapers' tokens are created).
+	if objs.Get("Role", "widget-operator-webhook") != nil {
+		t.Error("the webhook plane has a Role: it reads nothing in the namespace")
+	}
+	webhookRole := objs.Get("ClusterRole", "widget-operator-webhook")
+	if webhookRole == nil {
+		t.Fatal("no ClusterRole for the webhook plane")
+	}
+	cr := &rbacv1.ClusterRole{}
+	if err := helmtemplate.Into(webhookRole, cr); err != nil {
+		t.Fatal(err)
+	}
+	for _, rule := range cr.Rules {
+		reviews := slices.Contains(rule.APIGroups, "authentication.k8s.io") || slices.Contains(rule.APIGroups, "authorization.k8s.io")
+		for _, verb := range rule.Verbs {
+			if !slices.Contains([]string{"get", "list", "watch"}, verb) && !reviews {
+				t.Errorf("the webhook plane may %s %v", verb, rule.Resources)
+			}
+		}
+		if !reviews && len(rule.ResourceNames) == 0 {
+			t.Errorf("the webhook plane reads %v beyond the objects that judge its certificate, by name", rule.Resources)
+		}
 	}
 	weight := func(u interface{ GetAnnotations() map[string]string }) int {
 		w, err := strconv.Atoi(u.GetAnnotations()["helm.sh/hook-weight"])

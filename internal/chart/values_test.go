@@ -51,12 +51,23 @@ func paths(kv ...any) []string {
 	return out
 }
 
+// deployment is the webhook plane's Deployment, controllerDeployment the controller plane's.
 func deployment(t *testing.T, objs helmtemplate.Objects) *appsv1.Deployment {
 	t.Helper()
+	return deploymentNamed(t, objs, "widget-operator-webhook")
+}
+
+func controllerDeployment(t *testing.T, objs helmtemplate.Objects) *appsv1.Deployment {
+	t.Helper()
+	return deploymentNamed(t, objs, "widget-operator-controller")
+}
+
+func deploymentNamed(t *testing.T, objs helmtemplate.Objects, name string) *appsv1.Deployment {
+	t.Helper()
 	d := &appsv1.Deployment{}
-	u := objs.Get("Deployment", "widget-operator")
+	u := objs.Get("Deployment", name)
 	if u == nil {
-		t.Fatal("no Deployment widget-operator")
+		t.Fatalf("no Deployment %s", name)
 	}
 	if err := helmtemplate.Into(u, d); err != nil {
 		t.Fatal(err)
@@ -161,48 +172,64 @@ var valueCases = []valueCase{{
 		}
 		// GOMEMLIMIT is the container's memory limit: the webhooks' budget and body limits
 		// follow it.
-		if env["POD_NAMESPACE"] != "metadata.namespace" || env["POD_NAME"] != "metadata.name" || env["GOMEMLIMIT"] != "manager/limits.memory" {
+		if env["POD_NAMESPACE"] != "metadata.namespace" || env["POD_NAME"] != "metadata.name" || env["GOMEMLIMIT"] != "webhook/limits.memory" {
 			t.Errorf("env: %v", env)
 		}
 		if pod.Volumes[0].Secret.SecretName != "widget-operator-serving-cert" {
 			t.Errorf("certificate volume: %+v", pod.Volumes[0])
 		}
 		for _, a := range []string{"--components=webhooks", "--webhook-port=9443", "--metrics-bind-address=:8443", "--drain-delay=10s", "--connection-drain-timeout=95s",
-			"--webhook-configuration-name=widget-operator", "--zap-log-level=info", "--graceful-shutdown-timeout=30s", "--metrics-cert-dir=/etc/widget-operator/serving-certs",
-			"--controller-metrics-socket=/run/widget-operator/controller-metrics.sock"} {
+			"--webhook-configuration-name=widget-operator", "--zap-log-level=info", "--graceful-shutdown-timeout=30s", "--metrics-cert-dir=/etc/widget-operator/serving-certs"} {
 			wantArg(t, c.Args, a)
 		}
-		// The controller in a container of its own: leader election, no drain, its metrics on
-		// the socket the manager container re-exports, a liveness probe and no readiness one
-		// (the pod's readiness is the webhooks').
-		if len(pod.Containers) != 2 || pod.Containers[1].Name != "controller" || d.Spec.Template.Annotations["kubectl.kubernetes.io/default-container"] != "manager" {
-			t.Fatalf("containers %d, default container %q", len(pod.Containers), d.Spec.Template.Annotations["kubectl.kubernetes.io/default-container"])
+		// The webhook plane: one container, the webhooks, selected by the webhook Service;
+		// the controller plane is a Deployment of its own.
+		if len(pod.Containers) != 1 || c.Name != "webhook" || d.Spec.Template.Labels["widgetry.io/serves-webhooks"] != "true" ||
+			d.Spec.Selector.MatchLabels["app.kubernetes.io/component"] != "webhook" || pod.ServiceAccountName != "widget-operator" {
+			t.Fatalf("webhook plane: containers %d (%s), labels %v, selector %v, account %s", len(pod.Containers), c.Name, d.Spec.Template.Labels, d.Spec.Selector.MatchLabels, pod.ServiceAccountName)
 		}
-		ctl := pod.Containers[1]
+		// The controller plane: leader election, no drain, its own metrics endpoint with its
+		// own certificate, liveness and readiness, its own account, never the serving key.
+		cd := controllerDeployment(t, objs)
+		cpod := cd.Spec.Template.Spec
+		if *cd.Spec.Replicas != 2 || len(cpod.Containers) != 1 || cpod.ServiceAccountName != "widget-operator-controller" || cpod.HostNetwork ||
+			cd.Spec.Selector.MatchLabels["app.kubernetes.io/component"] != "controller" || cd.Spec.Template.Labels["widgetry.io/serves-webhooks"] != "" {
+			t.Fatalf("controller plane: replicas %d, containers %d, account %s, hostNetwork %t, labels %v", *cd.Spec.Replicas, len(cpod.Containers), cpod.ServiceAccountName, cpod.HostNetwork, cd.Spec.Template.Labels)
+		}
+		ctl := cpod.Containers[0]
 		for _, a := range []string{"--components=controller", "--leader-elect=true", "--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s",
 			"--leader-elect-retry-period=2s", "--drain-delay=0s", "--connection-drain-timeout=0s", "--health-probe-bind-address=:8082",
-			"--controller-metrics-socket=/run/widget-operator/controller-metrics.sock"} {
+			"--metrics-bind-address=:8443", "--metrics-cert-dir=/etc/widget-operator/metrics-certs"} {
 			wantArg(t, ctl.Args, a)
 		}
-		if ctl.ReadinessProbe != nil || ctl.LivenessProbe.HTTPGet.Port.String() != "health-ctrl" || ctl.Ports[0].ContainerPort != 8082 || len(ctl.Ports) != 1 {
+		if ctl.Name != "controller" || ctl.ReadinessProbe == nil || ctl.LivenessProbe.HTTPGet.Port.String() != "health" || len(ctl.Ports) != 2 {
 			t.Errorf("controller container probes and ports: readiness %v liveness %+v ports %+v", ctl.ReadinessProbe, ctl.LivenessProbe, ctl.Ports)
 		}
 		if ctl.Resources.Limits.Memory().String() != "256Mi" || ctl.Env[2].ValueFrom.ResourceFieldRef.ContainerName != "controller" {
 			t.Errorf("controller container resources %+v, GOMEMLIMIT from %+v", ctl.Resources, ctl.Env[2].ValueFrom)
 		}
-		pdb := &policyv1.PodDisruptionBudget{}
-		if err := helmtemplate.Into(objs.Get("PodDisruptionBudget", "widget-operator"), pdb); err != nil {
-			t.Fatal(err)
+		for _, v := range cpod.Volumes {
+			if v.Secret != nil && v.Secret.SecretName != "widget-operator-controller-metrics" {
+				t.Errorf("the controller plane mounts Secret %s", v.Secret.SecretName)
+			}
 		}
-		if pdb.Spec.MaxUnavailable.IntValue() != 1 || *pdb.Spec.UnhealthyPodEvictionPolicy != policyv1.AlwaysAllow {
-			t.Errorf("PDB: %+v", pdb.Spec)
+		for _, plane := range []string{"webhook", "controller"} {
+			pdb := &policyv1.PodDisruptionBudget{}
+			if err := helmtemplate.Into(objs.Get("PodDisruptionBudget", "widget-operator-"+plane), pdb); err != nil {
+				t.Fatal(err)
+			}
+			if pdb.Spec.MaxUnavailable.IntValue() != 1 || *pdb.Spec.UnhealthyPodEvictionPolicy != policyv1.AlwaysAllow ||
+				pdb.Spec.Selector.MatchLabels["app.kubernetes.io/component"] != plane {
+				t.Errorf("%s PDB: %+v", plane, pdb.Spec)
+			}
 		}
 		svc := &corev1.Service{}
 		if err := helmtemplate.Into(objs.Get("Service", "widget-operator-webhook"), svc); err != nil {
 			t.Fatal(err)
 		}
-		if svc.Spec.Ports[0].Port != 443 || svc.Spec.Ports[0].TargetPort.String() != "webhook" {
-			t.Errorf("webhook Service ports: %+v", svc.Spec.Ports)
+		if svc.Spec.Ports[0].Port != 443 || svc.Spec.Ports[0].TargetPort.String() != "webhook" || svc.Spec.Selector["widgetry.io/serves-webhooks"] != "true" ||
+			svc.Spec.Selector["app.kubernetes.io/component"] != "" {
+			t.Errorf("webhook Service: ports %+v, selector %v", svc.Spec.Ports, svc.Spec.Selector)
 		}
 		cert := objs.Get("Certificate", "widget-operator-serving")
 		jsonEq(t, "serving dnsNames", field(t, cert, "spec", "dnsNames"), []string{"widget-operator-webhook", "widget-operator-webhook.widget-system",
@@ -255,7 +282,7 @@ var valueCases = []valueCase{{
 		cl := job(t, objs, "widget-operator-cleanup-finalizers")
 		if cl == nil || cl.Annotations["helm.sh/hook"] != "pre-delete" ||
 			!slices.Equal(cl.Spec.Template.Spec.Containers[0].Args, []string{"cleanup-finalizers", "--crd", "widgets.widgetry.io", "--finalizer", "widgetry.io/catalog-cleanup",
-				"--operator-namespace", "widget-system", "--operator-deployment", "widget-operator", "--allow-unsafe-uninstall=false"}) {
+				"--operator-namespace", "widget-system", "--operator-deployment", "widget-operator-controller", "--allow-unsafe-uninstall=false"}) {
 			t.Errorf("cleanup Job: %+v", cl)
 		}
 		test := objs.Get("Pod", "widget-operator-selftest")
@@ -272,11 +299,20 @@ var valueCases = []valueCase{{
 		}
 	},
 }, {
-	name: "one replica: no PodDisruptionBudget",
-	kv:   []any{"replicaCount", 1},
+	name: "one replica of each plane: no PodDisruptionBudget",
+	kv:   []any{"replicaCount", 1, "controller.replicaCount", 1},
 	check: func(t *testing.T, objs helmtemplate.Objects) {
-		if *deployment(t, objs).Spec.Replicas != 1 || len(objs.Kind("PodDisruptionBudget")) != 0 {
-			t.Error("want 1 replica and no PDB")
+		if *deployment(t, objs).Spec.Replicas != 1 || *controllerDeployment(t, objs).Spec.Replicas != 1 || len(objs.Kind("PodDisruptionBudget")) != 0 {
+			t.Error("want 1 replica of each plane and no PDB")
+		}
+	},
+}, {
+	name: "the planes scaled apart: a budget for the plane with more than one",
+	kv:   []any{"replicaCount", 3, "controller.replicaCount", 1},
+	check: func(t *testing.T, objs helmtemplate.Objects) {
+		if *deployment(t, objs).Spec.Replicas != 3 || *controllerDeployment(t, objs).Spec.Replicas != 1 || len(objs.Kind("PodDisruptionBudget")) != 1 ||
+			objs.Get("PodDisruptionBudget", "widget-operator-webhook") == nil {
+			t.Error("want 3 webhook replicas, 1 controller, and the webhook plane's PDB only")
 		}
 	},
 }, {
@@ -292,7 +328,7 @@ var valueCases = []valueCase{{
 	kv: []any{"image.repository", "registry.example.com/wo", "image.tag", "1.2.3", "image.pullPolicy", "Always",
 		"imagePullSecrets", []any{map[string]any{"name": "pull"}}},
 	check: func(t *testing.T, objs helmtemplate.Objects) {
-		for _, spec := range []corev1.PodSpec{deployment(t, objs).Spec.Template.Spec, job(t, objs, "widget-operator-preflight").Spec.Template.Spec} {
+		for _, spec := range []corev1.PodSpec{deployment(t, objs).Spec.Template.Spec, controllerDeployment(t, objs).Spec.Template.Spec, job(t, objs, "widget-operator-preflight").Spec.Template.Spec} {
 			c := spec.Containers[0]
 			if c.Image != "registry.example.com/wo:1.2.3" || c.ImagePullPolicy != corev1.PullAlways || spec.ImagePullSecrets[0].Name != "pull" {
 				t.Errorf("image %s %s %v", c.Image, c.ImagePullPolicy, spec.ImagePullSecrets)
@@ -303,9 +339,9 @@ var valueCases = []valueCase{{
 	name: "names",
 	kv:   []any{"fullnameOverride", "wo", "nameOverride", "widgets"},
 	check: func(t *testing.T, objs helmtemplate.Objects) {
-		u := objs.Get("Deployment", "wo")
-		if u == nil || u.GetLabels()["app.kubernetes.io/name"] != "widgets" || objs.Get("Service", "wo-webhook") == nil {
-			t.Error("want Deployment wo named widgets and Service wo-webhook")
+		u := objs.Get("Deployment", "wo-webhook")
+		if u == nil || u.GetLabels()["app.kubernetes.io/name"] != "widgets" || objs.Get("Service", "wo-webhook") == nil || objs.Get("Deployment", "wo-controller") == nil {
+			t.Error("want Deployments wo-webhook (named widgets) and wo-controller and Service wo-webhook")
 		}
 	},
 }, {
@@ -364,7 +400,7 @@ var valueCases = []valueCase{{
 		}
 		for _, a := range []string{"--leader-elect-lease-duration=30s", "--leader-elect-renew-deadline=20s", "--leader-elect-retry-period=4s",
 			"--graceful-shutdown-timeout=20s", "--zap-log-level=debug", "--conversion-max-body-bytes=1000000"} {
-			wantArg(t, d.Spec.Template.Spec.Containers[1].Args, a)
+			wantArg(t, controllerDeployment(t, objs).Spec.Template.Spec.Containers[0].Args, a)
 		}
 		if *d.Spec.Template.Spec.TerminationGracePeriodSeconds != 45 {
 			t.Error("terminationGracePeriodSeconds")
@@ -460,7 +496,7 @@ var valueCases = []valueCase{{
 			t.Error("PrometheusRule labels")
 		}
 		b, _ := json.Marshal(pr.Object)
-		for _, s := range []string{`job=\"wo-prod\"`, "https://runbooks.example.com/wo/alerts/", "of 3 replicas"} {
+		for _, s := range []string{`job=\"wo-prod\"`, "https://runbooks.example.com/wo/alerts/", "of 3 webhook-plane replicas"} {
 			if !strings.Contains(string(b), s) {
 				t.Errorf("PrometheusRule lacks %q", s)
 			}

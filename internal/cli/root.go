@@ -89,6 +89,7 @@ var Subcommands = []func(*GlobalOptions) *cobra.Command{
 	NewCleanupFinalizersCommand,
 	NewSelftestCommand,
 	NewWaitWebhooksCommand,
+	NewHandoverCommand,
 }
 
 // NewRootCommand builds widgetctl's root command with every command of Subcommands.

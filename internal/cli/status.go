@@ -128,7 +128,7 @@ func printReleaseStatus(w io.Writer, r *releasestatus.Report, ns namespaceFound)
 	for _, b := range r.CABundles {
 		fmt.Fprintf(tw, "%s\t%s\n", b.Source, strings.Join(b.CAs, "; "))
 	}
-	fmt.Fprintln(tw, "\nPOD\tREADY\tLEADER\tRESTARTS\tSERVES")
+	fmt.Fprintln(tw, "\nPOD\tPLANE\tREADY\tLEADER\tRESTARTS\tSERVES")
 	for _, rep := range r.Replicas {
 		var restarts []string
 		for name, n := range rep.Restarts {
@@ -146,7 +146,7 @@ func printReleaseStatus(w io.Writer, r *releasestatus.Report, ns namespaceFound)
 				serves += ", holding renewal " + s.HeldRenewal
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", rep.Pod, yesNo(rep.Ready), yesNo(rep.Leader), strings.Join(slices.Sorted(slices.Values(restarts)), ","), serves)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", rep.Pod, rep.Plane, yesNo(rep.Ready), yesNo(rep.Leader), strings.Join(slices.Sorted(slices.Values(restarts)), ","), serves)
 	}
 	if l := r.Leader; l != nil {
 		fmt.Fprintf(tw, "\nLeader\t%s (renewed %s%s)\n", l.Holder, ts(l.RenewTime), map[bool]string{true: ", EXPIRED", false: ""}[l.Expired])

@@ -108,8 +108,8 @@ func (s *trustSampler) sample(ctx context.Context) []string {
 	// Listed here, not with managerPodsOf: a sample that cannot list is counted as errored,
 	// not fatal (this runs beside the test's goroutine).
 	pods := &corev1.PodList{}
-	if err := s.k.List(ctx, pods, client.InNamespace(s.namespace), client.MatchingLabels{"app.kubernetes.io/component": "manager"}); err != nil {
-		s.fail(ctx, "listing the manager pods", err)
+	if err := s.k.List(ctx, pods, client.InNamespace(s.namespace), client.MatchingLabels{"app.kubernetes.io/component": "webhook"}); err != nil {
+		s.fail(ctx, "listing the webhook pods", err)
 		return nil
 	}
 	unusable := map[string]string{} // pods the apiserver could not use, and why
@@ -425,7 +425,7 @@ func caRotationWithoutOverlap(t *testing.T, c *cluster.Cluster) {
 		r.Served.Round(100*time.Millisecond), r.Untrusted.Round(100*time.Millisecond), r.Samples)
 	// Each replica serves the old CA's leaf, untrusted, from the injection of the new CA
 	// until the kubelet and the reload gate swap its certificate: seconds, not one sample.
-	replicas := len(managerPodsOf(t, k, namespace))
+	replicas := len(webhookPodsOf(t, k, namespace))
 	var long int
 	for _, d := range r.UntrustedByPod {
 		if d >= 2*time.Second {

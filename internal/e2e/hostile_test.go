@@ -50,25 +50,31 @@ func newAttacker(t *testing.T, c *cluster.Cluster, k client.Client) *attacker {
 		t.Fatal("the serving certificate Secret has no ca.crt")
 	}
 	tlsConfig := &tls.Config{RootCAs: roots, ServerName: release + "-webhook." + ns + ".svc", MinVersion: tls.VersionTLS12}
-	a := &attacker{t: t, c: c, tls: tlsConfig, pods: managerPods(t, k)}
+	a := &attacker{t: t, c: c, tls: tlsConfig, pods: webhookPods(t, k)}
 	a.client = &http.Client{Timeout: time.Minute, Transport: &http.Transport{
 		DialContext: c.DialContext, TLSClientConfig: tlsConfig, MaxIdleConnsPerHost: 256, ForceAttemptHTTP2: false,
 	}}
 	return a
 }
 
-// managerPods are the manager's running pods.
-func managerPods(t *testing.T, k client.Client) []corev1.Pod {
+// webhookPods are the webhook plane's running pods.
+func webhookPods(t *testing.T, k client.Client) []corev1.Pod {
 	t.Helper()
-	return managerPodsOf(t, k, ns)
+	return webhookPodsOf(t, k, ns)
 }
 
-// managerPodsOf is managerPods in namespace.
-func managerPodsOf(t *testing.T, k client.Client, namespace string) []corev1.Pod {
+// webhookPodsOf is webhookPods in namespace.
+func webhookPodsOf(t *testing.T, k client.Client, namespace string) []corev1.Pod {
+	t.Helper()
+	return planePodsOf(t, k, namespace, "webhook")
+}
+
+// planePodsOf are the running pods of plane (webhook or controller) in namespace.
+func planePodsOf(t *testing.T, k client.Client, namespace, plane string) []corev1.Pod {
 	t.Helper()
 	pods := &corev1.PodList{}
 	if err := k.List(context.Background(), pods, client.InNamespace(namespace),
-		client.MatchingLabels{"app.kubernetes.io/name": release, "app.kubernetes.io/component": "manager"}); err != nil {
+		client.MatchingLabels{"app.kubernetes.io/name": release, "app.kubernetes.io/component": plane}); err != nil {
 		t.Fatal(err)
 	}
 	var running []corev1.Pod
@@ -78,7 +84,7 @@ func managerPodsOf(t *testing.T, k client.Client, namespace string) []corev1.Pod
 		}
 	}
 	if len(running) == 0 {
-		t.Fatal("no running manager pod")
+		t.Fatalf("no running %s pod", plane)
 	}
 	return running
 }
@@ -210,7 +216,7 @@ func (a *attacker) flood(n, size int) map[string]int {
 
 // unharmed checks that the pods attacked are the ones running, none restarted.
 func (a *attacker) unharmed(k client.Client) {
-	now := managerPods(a.t, k)
+	now := webhookPods(a.t, k)
 	for _, before := range a.pods {
 		found := false
 		for _, p := range now {

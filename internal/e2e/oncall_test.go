@@ -58,17 +58,28 @@ func healthy(t *testing.T, r *releasestatus.Report, namespace string, revision i
 	if serving != 1 || len(r.CABundles) != 3 {
 		t.Fatalf("status: %d serving Certificates and caBundles %+v, want 1 and 3 (CRD, mutating, validating)", serving, r.CABundles)
 	}
-	leaders := 0
+	// Each plane's replicas: the webhook plane's serve a trusted, current certificate; one of
+	// the controller plane's leads.
+	leaders, planes := 0, map[string]int{}
 	for _, rep := range r.Replicas {
-		if !rep.Ready || rep.Serving == nil || len(rep.Serving.Untrusted) > 0 || rep.Serving.OlderThanCertificate {
-			t.Fatalf("status: replica %+v (serving %+v), want Ready and serving a trusted, current certificate", rep, rep.Serving)
+		planes[rep.Plane]++
+		switch {
+		case !rep.Ready:
+			t.Fatalf("status: replica %+v not Ready", rep)
+		case rep.Plane == "webhook" && (rep.Serving == nil || len(rep.Serving.Untrusted) > 0 || rep.Serving.OlderThanCertificate):
+			t.Fatalf("status: replica %+v (serving %+v), want serving a trusted, current certificate", rep, rep.Serving)
+		case rep.Plane == "controller" && (rep.Serving != nil || rep.ServingError != ""):
+			t.Fatalf("status: controller replica %+v was asked for a certificate it does not serve", rep)
 		}
 		if rep.Leader {
+			if rep.Plane != "controller" {
+				t.Fatalf("status: replica %+v of the %s plane leads", rep, rep.Plane)
+			}
 			leaders++
 		}
 	}
-	if len(r.Replicas) != 2 || leaders != 1 || r.Leader == nil || r.Leader.Expired {
-		t.Fatalf("status: %d replicas, %d leaders, lease %+v; want 2 and 1, a live lease", len(r.Replicas), leaders, r.Leader)
+	if planes["webhook"] != 2 || planes["controller"] != 2 || leaders != 1 || r.Leader == nil || r.Leader.Expired {
+		t.Fatalf("status: replicas by plane %v, %d leaders, lease %+v; want 2 of each, 1 leader and a live lease", planes, leaders, r.Leader)
 	}
 	if len(r.Conversion) == 0 {
 		t.Fatal("status: no conversion check ran")
@@ -143,16 +154,17 @@ func TestOnCallFromALaptop(t *testing.T) {
 		t.Fatalf("status --as an account without rights: exit %d, %v; want 1, forbidden and what to do\n%s", code, err, errOut)
 	}
 
-	// An outage: no manager pod. status names it, with the runbook.
-	c.Kubectl(t, "-n", ns, "scale", "deployment/"+release, "--replicas=0")
-	c.Kubectl(t, "-n", ns, "wait", "--for=delete", "pod", "-l", "app.kubernetes.io/component=manager", "--timeout=3m")
+	// An outage: no webhook pod (the controller plane running). status names it, with the
+	// runbook.
+	c.Kubectl(t, "-n", ns, "scale", "deployment/"+release+"-webhook", "--replicas=0")
+	c.Kubectl(t, "-n", ns, "wait", "--for=delete", "pod", "-l", "app.kubernetes.io/component=webhook", "--timeout=3m")
 	r = laptopStatus(t, l, 1)
 	if len(r.Causes) == 0 || r.Causes[0].Runbook != "runbooks/alerts/WidgetWebhookDown.md" {
-		t.Fatalf("status with no manager pod: causes %+v, want WidgetWebhookDown first", r.Causes)
+		t.Fatalf("status with no webhook pod: causes %+v, want WidgetWebhookDown first", r.Causes)
 	}
-	t.Logf("no manager pod: %q (%s)", r.Causes[0].Summary, r.Causes[0].Runbook)
-	c.Kubectl(t, "-n", ns, "scale", "deployment/"+release, "--replicas=2")
-	c.Kubectl(t, "-n", ns, "rollout", "status", "deployment/"+release, "--timeout=5m")
+	t.Logf("no webhook pod: %q (%s)", r.Causes[0].Summary, r.Causes[0].Runbook)
+	c.Kubectl(t, "-n", ns, "scale", "deployment/"+release+"-webhook", "--replicas=2")
+	c.Kubectl(t, "-n", ns, "rollout", "status", "deployment/"+release+"-webhook", "--timeout=5m")
 }
 
 // readOnlyCommand matches the runbook commands that only read: kubectl's reading verbs, helm's

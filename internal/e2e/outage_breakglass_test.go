@@ -87,13 +87,13 @@ func breakGlassWalk(t *testing.T, c *cluster.Cluster, k client.Client, l *cluste
 
 	start := time.Now()
 	// Gone at once, as with a lost node, not drained.
-	c.Kubectl(t, "-n", namespace, "scale", "deployment/"+release, "--replicas=0")
-	c.Kubectl(t, "-n", namespace, "delete", "pod", "-l", "app.kubernetes.io/component=manager", "--grace-period=0", "--force", "--wait=false")
-	c.Kubectl(t, "-n", namespace, "wait", "--for=delete", "pod", "-l", "app.kubernetes.io/component=manager", "--timeout=3m")
+	c.Kubectl(t, "-n", namespace, "scale", "deployment/"+release+"-webhook", "deployment/"+release+"-controller", "--replicas=0")
+	c.Kubectl(t, "-n", namespace, "delete", "pod", "-l", planesSelector, "--grace-period=0", "--force", "--wait=false")
+	c.Kubectl(t, "-n", namespace, "wait", "--for=delete", "pod", "-l", planesSelector, "--timeout=3m")
 	p.WaitFor(t, firing(monitoring.AlertWebhookDown), 1, 5*time.Minute)
 	r := laptopStatus(t, l, 1)
-	if !namesCause(r, "no manager pod") {
-		t.Fatalf("with our pods gone, status names no cause with %q: %+v", "no manager pod", r.Causes)
+	if !namesCause(r, "no webhook pod") {
+		t.Fatalf("with our pods gone, status names no cause with %q: %+v", "no webhook pod", r.Causes)
 	}
 	// The API path is broken: a write through the version that is not the storage version
 	// needs conversion. (Reads are answered from each version's watch cache, whose objects

@@ -343,15 +343,15 @@ func (m *matrix) webhooksGone() outage {
 			m.c.Kubectl(m.t, "-n", m.namespace, "patch", "service", svc, "--type=merge", "-p", `{"spec":{"selector":{"widgetry.io/outage-matrix":"no-such-pod"}}}`)
 			m.waitEndpoints(svc, false)
 			var killed []int
-			for _, p := range managerPodsOf(m.t, m.k, m.namespace) {
-				killed = append(killed, signalContainer(m.t, &p, "manager", syscall.SIGKILL)...)
+			for _, p := range webhookPodsOf(m.t, m.k, m.namespace) {
+				killed = append(killed, signalContainer(m.t, &p, "webhook", syscall.SIGKILL)...)
 			}
 			m.waitProcessesGone(killed)
 			m.waitUnreachable(svc)
 		},
 		end: func() {
 			m.c.Kubectl(m.t, "-n", m.namespace, "patch", "service", svc, "--type=json", "-p", `[{"op":"replace","path":"/spec/selector","value":`+selector+`}]`)
-			m.c.Kubectl(m.t, "-n", m.namespace, "wait", "--for=condition=Ready", "pod", "-l", "app.kubernetes.io/component=manager", "--timeout=3m")
+			m.c.Kubectl(m.t, "-n", m.namespace, "wait", "--for=condition=Ready", "pod", "-l", "app.kubernetes.io/component=webhook", "--timeout=3m")
 			m.waitEndpoints(svc, true)
 		}}
 }
@@ -455,18 +455,18 @@ func (m *matrix) bothGone() outage {
 	var replicas string
 	return outage{name: "webhooks and controller gone (no pod)", controllerGone: true,
 		begin: func() {
-			replicas = m.c.Kubectl(m.t, "-n", m.namespace, "get", "deployment", release, "-o", "jsonpath={.spec.replicas}")
+			replicas = m.planeReplicas()
 			// A pod deleted with --force leaves the API at once; its processes end a moment
 			// later, and until then they answer on the connections the apiserver holds.
 			var pids []int
-			for _, p := range managerPodsOf(m.t, m.k, m.namespace) {
-				for _, container := range []string{"manager", "controller"} {
-					pids = append(pids, signalContainer(m.t, &p, container, 0)...)
+			for _, plane := range planes {
+				for _, p := range planePodsOf(m.t, m.k, m.namespace, plane) {
+					pids = append(pids, signalContainer(m.t, &p, plane, 0)...)
 				}
 			}
-			m.c.Kubectl(m.t, "-n", m.namespace, "scale", "deployment/"+release, "--replicas=0")
-			m.c.Kubectl(m.t, "-n", m.namespace, "delete", "pod", "-l", "app.kubernetes.io/component=manager", "--grace-period=0", "--force", "--wait=false")
-			m.c.Kubectl(m.t, "-n", m.namespace, "wait", "--for=delete", "pod", "-l", "app.kubernetes.io/component=manager", "--timeout=3m")
+			m.c.Kubectl(m.t, "-n", m.namespace, "scale", "deployment/"+release+"-webhook", "deployment/"+release+"-controller", "--replicas=0")
+			m.c.Kubectl(m.t, "-n", m.namespace, "delete", "pod", "-l", planesSelector, "--grace-period=0", "--force", "--wait=false")
+			m.c.Kubectl(m.t, "-n", m.namespace, "wait", "--for=delete", "pod", "-l", planesSelector, "--timeout=3m")
 			// The kubelet still gives them their termination grace (the drain), minutes; a
 			// lost node gives none.
 			for _, pid := range pids {
@@ -477,8 +477,8 @@ func (m *matrix) bothGone() outage {
 		},
 		end: func() {
 			m.restoreRelease()
-			if got := m.c.Kubectl(m.t, "-n", m.namespace, "get", "deployment", release, "-o", "jsonpath={.spec.replicas}"); got != replicas {
-				m.t.Fatalf("after the restore the Deployment has %s replicas, had %s", got, replicas)
+			if got := m.planeReplicas(); got != replicas {
+				m.t.Fatalf("after the restore the planes' Deployments have %s replicas, had %s", got, replicas)
 			}
 			m.waitEndpoints(release+"-webhook", true)
 		}}
@@ -492,15 +492,15 @@ func (m *matrix) webhooksHung() outage {
 	var stopped []int
 	return outage{name: reports.HungRow,
 		begin: func() {
-			for _, p := range managerPodsOf(m.t, m.k, m.namespace) {
-				stopped = append(stopped, signalContainer(m.t, &p, "manager", syscall.SIGSTOP)...)
+			for _, p := range webhookPodsOf(m.t, m.k, m.namespace) {
+				stopped = append(stopped, signalContainer(m.t, &p, "webhook", syscall.SIGSTOP)...)
 			}
 		},
 		end: func() {
 			for _, pid := range stopped {
 				_ = syscall.Kill(pid, syscall.SIGCONT) // gone already if the kubelet restarted it
 			}
-			m.c.Kubectl(m.t, "-n", m.namespace, "wait", "--for=condition=Ready", "pod", "-l", "app.kubernetes.io/component=manager", "--timeout=3m")
+			m.c.Kubectl(m.t, "-n", m.namespace, "wait", "--for=condition=Ready", "pod", "-l", "app.kubernetes.io/component=webhook", "--timeout=3m")
 			m.waitEndpoints(release+"-webhook", true)
 		}}
 }
@@ -546,4 +546,19 @@ func signalContainer(t *testing.T, pod *corev1.Pod, name string, sig syscall.Sig
 		t.Logf("%s sent to %d process(es) of container %s of pod %s", sig, len(pids), name, pod.Name)
 	}
 	return pids
+}
+
+// planes are the release's two planes, each a Deployment <release>-<plane> whose container is
+// named after it; planesSelector selects the pods of both.
+var planes = []string{"webhook", "controller"}
+
+const planesSelector = "app.kubernetes.io/component in (webhook,controller)"
+
+// planeReplicas are the replicas the planes' Deployments ask for ("webhook N, controller M").
+func (m *matrix) planeReplicas() string {
+	var out []string
+	for _, plane := range planes {
+		out = append(out, plane+" "+m.c.Kubectl(m.t, "-n", m.namespace, "get", "deployment", release+"-"+plane, "-o", "jsonpath={.spec.replicas}"))
+	}
+	return strings.Join(out, ", ")
 }

@@ -21,9 +21,11 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -38,6 +40,7 @@ import (
 	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/cluster"
+	"github.com/widgetry/widget-operator/internal/testenv/prereq"
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
 
@@ -204,7 +207,7 @@ func (w *warnings) HandleWarningHeaderWithContext(_ context.Context, code int, a
 func servedSerials(t *testing.T, c *cluster.Cluster, k client.Client, namespace string) map[string]string {
 	t.Helper()
 	serials := map[string]string{}
-	for _, p := range managerPodsOf(t, k, namespace) {
+	for _, p := range webhookPodsOf(t, k, namespace) {
 		chain, err := servedChain(c, p.Status.PodIP)
 		if err != nil {
 			serials[p.Name] = err.Error()
@@ -322,8 +325,10 @@ func TestProductionProof(t *testing.T) {
 	helm := func(args ...string) string { return c.Run(t, filepath.Join(c.Bin, "helm3"), append(args, "-n", ns)...) }
 	start := time.Now()
 	// The chart's defaults: a 10 s drain delay, then the connection drain (up to 95 s).
-	// At add-version (v1alpha1 stored); the first step flips the storage to v1 under load.
-	helm("install", release, chart, "--set", "image.tag=dev", "--set", "apiUpgrade.stage=add-version", "--wait", "--timeout", "5m")
+	// The chart as released before the two planes (one Deployment, webhooks and controller in
+	// two containers of each pod), at add-version (v1alpha1 stored); the first step upgrades
+	// it to the two planes under load, the second flips the storage to v1.
+	helm("install", release, singleDeploymentChart(t), "--set", "image.tag=dev", "--set", "apiUpgrade.stage=add-version", "--wait", "--timeout", "5m")
 	t.Logf("helm install --wait: %s", time.Since(start).Round(time.Second))
 
 	// client-go's default limit (5 requests/s) would throttle the load itself.
@@ -410,6 +415,18 @@ func TestProductionProof(t *testing.T) {
 			t.Logf("first failures at the transport during %s:\n%s", name, strings.Join(newFailures[:min(5, len(newFailures))], "\n"))
 		}
 	}
+	step("helm upgrade from the single-Deployment chart (0.1.0) to the two planes", func() {
+		helm("upgrade", release, chart, "--reset-then-reuse-values", "--wait", "--timeout", "10m")
+		// The handover hooks ran: the old Deployment went once the webhook plane served.
+		if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: release}, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("Deployment %s of the single-Deployment layout after the upgrade: %v, want it deleted by the handover", release, err)
+		}
+		for _, plane := range planes {
+			c.Kubectl(t, "-n", ns, "rollout", "status", "deploy/"+release+"-"+plane, "--timeout=5m")
+			figure(plane+" plane", "%d pods running", len(planePodsOf(t, k, ns, plane)))
+		}
+		time.Sleep(5 * time.Second) // the old pods drain under the load
+	})
 	step("helm upgrade across a stage (add-version → flip-storage)", func() {
 		helm("upgrade", release, chart, "--reset-then-reuse-values", "--set", "apiUpgrade.stage=flip-storage", "--wait", "--timeout", "10m")
 		live := &apiextensionsv1.CustomResourceDefinition{}
@@ -435,8 +452,12 @@ func TestProductionProof(t *testing.T) {
 		figure("storedVersions after the migrate hook", "%v", live.Status.StoredVersions)
 	})
 	step("kubectl rollout restart", func() {
-		c.Kubectl(t, "-n", ns, "rollout", "restart", "deploy/"+release)
-		c.Kubectl(t, "-n", ns, "rollout", "status", "deploy/"+release, "--timeout=5m")
+		for _, plane := range planes {
+			c.Kubectl(t, "-n", ns, "rollout", "restart", "deploy/"+release+"-"+plane)
+		}
+		for _, plane := range planes {
+			c.Kubectl(t, "-n", ns, "rollout", "status", "deploy/"+release+"-"+plane, "--timeout=5m")
+		}
 	})
 	step("helm upgrade of the pod template", func() {
 		helm("upgrade", release, chart, "--reuse-values", "--set-string", "podAnnotations.proof="+fmt.Sprint(time.Now().Unix()), "--wait", "--timeout", "10m")
@@ -507,7 +528,7 @@ func TestProductionProof(t *testing.T) {
 			t.Errorf("a standby led %s after the leader's pod was deleted, more than %s: the lease was not released on SIGTERM (it expires after %ds)",
 				handover.Round(100*time.Millisecond), sigtermHandoverBound, ptr.Deref(lease.Spec.LeaseDurationSeconds, 0))
 		}
-		c.Kubectl(t, "-n", ns, "rollout", "status", "deploy/"+release, "--timeout=5m")
+		c.Kubectl(t, "-n", ns, "rollout", "status", "deploy/"+release+"-controller", "--timeout=5m")
 	})
 	// Before the hostile step: a flood leaves the load's latencies high for a while, and a
 	// step right after it measures that, not the kill.
@@ -518,6 +539,7 @@ func TestProductionProof(t *testing.T) {
 			t.Fatal(err)
 		}
 		restartsBefore := containerRestarts(pod)
+		webhooksBefore := webhookPods(t, k)
 		killed := time.Now()
 		killContainer(t, pod, "controller")
 		// Someone leads again once the Lease is renewed after the kill: the restarted container
@@ -550,12 +572,21 @@ func TestProductionProof(t *testing.T) {
 			who = "the killed pod's restarted container"
 		}
 		figure("leading again after", "%s (by %s)", leading.Round(100*time.Millisecond), who)
-		figure("restarts during the step", "controller %d, manager (the webhooks) %d", restartsAfter["controller"]-restartsBefore["controller"], restartsAfter["manager"]-restartsBefore["manager"])
+		webhookRestarts := 0
+		for _, before := range webhooksBefore {
+			after := &corev1.Pod{}
+			if err := k.Get(ctx, client.ObjectKeyFromObject(&before), after); err != nil || after.UID != before.UID {
+				t.Errorf("webhook pod %s is gone after the controller's kill (%v)", before.Name, err)
+				continue
+			}
+			webhookRestarts += int(containerRestarts(after)["webhook"] - containerRestarts(&before)["webhook"])
+		}
+		figure("restarts during the step", "controller %d, the webhook plane's %d", restartsAfter["controller"]-restartsBefore["controller"], webhookRestarts)
 		if restartsAfter["controller"] <= restartsBefore["controller"] {
 			t.Errorf("the killed controller container of %s did not restart (restarts %d before, %d after)", leader, restartsBefore["controller"], restartsAfter["controller"])
 		}
-		if restartsAfter["manager"] != restartsBefore["manager"] {
-			t.Errorf("killing the controller container restarted the manager (webhooks) container of %s (%d → %d)", leader, restartsBefore["manager"], restartsAfter["manager"])
+		if webhookRestarts != 0 {
+			t.Errorf("killing the controller restarted %d webhook containers", webhookRestarts)
 		}
 		// The lease was not released: a standby may wait for it to expire; nobody may wait
 		// longer than that and two jittered retry periods.
@@ -823,4 +854,12 @@ func checkMonitoring(t *testing.T, p *cluster.Prometheus) {
 		}
 	}
 	t.Logf("dashboards: %d queries evaluated during the load, %d without data", queries, empty)
+}
+
+// singleDeploymentChart is the chart as released before the two planes (0.1.0: one Deployment
+// whose pods ran the webhooks and the controller in two containers), packaged in testdata: the
+// release the upgrade to the planes starts from.
+func singleDeploymentChart(t *testing.T) string {
+	t.Helper()
+	return filepath.Join(prereq.RepoRoot(t), "internal", "e2e", "testdata", "widget-operator-0.1.0.tgz")
 }

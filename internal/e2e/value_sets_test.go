@@ -100,7 +100,12 @@ func TestChartValueSets(t *testing.T) {
 // succeeding (every pod Ready, the webhooks answering) and helm test passing.
 var valueSetChecks = map[string]func(t *testing.T, c *cluster.Cluster, ns string){
 	"hostnetwork": func(t *testing.T, c *cluster.Cluster, ns string) {
-		for _, p := range managerPodsIn(t, c, ns) {
+		for _, p := range podsIn(t, c, ns, "app.kubernetes.io/component=controller") {
+			if p.Spec.HostNetwork {
+				t.Errorf("controller pod %s runs in the host's network: only the webhook plane needs it", p.Metadata.Name)
+			}
+		}
+		for _, p := range podsIn(t, c, ns, "app.kubernetes.io/component=webhook") {
 			if !p.Spec.HostNetwork || p.Status.PodIP != p.Status.HostIP {
 				t.Errorf("pod %s: hostNetwork %t, pod IP %s, host IP %s", p.Metadata.Name, p.Spec.HostNetwork, p.Status.PodIP, p.Status.HostIP)
 			}
@@ -113,39 +118,43 @@ var valueSetChecks = map[string]func(t *testing.T, c *cluster.Cluster, ns string
 		}
 	},
 	"priority": func(t *testing.T, c *cluster.Cluster, ns string) {
-		for _, p := range managerPodsIn(t, c, ns) {
+		for _, p := range podsIn(t, c, ns, planesSelector) {
 			if p.Spec.PriorityClassName != "system-cluster-critical" || p.Spec.Priority < 2000000000 {
 				t.Errorf("pod %s: priorityClassName %q priority %d", p.Metadata.Name, p.Spec.PriorityClassName, p.Spec.Priority)
 			}
 		}
 		// The chart's quota counts the critical pods (the finished hook pods leave it as the
 		// quota controller catches up): it is the one that admits them.
-		testenv.Eventually(t, time.Minute, "the critical-pods quota counts the two manager replicas", func() error {
-			if used := c.Kubectl(t, "-n", ns, "get", "resourcequota", "widget-operator-critical-pods", "-o", "jsonpath={.status.used.pods}/{.status.hard.pods}"); used != "2/12" {
-				return fmt.Errorf("used/hard = %s, want 2/12", used)
+		testenv.Eventually(t, time.Minute, "the critical-pods quota counts the two replicas of each plane", func() error {
+			if used := c.Kubectl(t, "-n", ns, "get", "resourcequota", "widget-operator-critical-pods", "-o", "jsonpath={.status.used.pods}/{.status.hard.pods}"); used != "4/12" {
+				return fmt.Errorf("used/hard = %s, want 4/12", used)
 			}
 			return nil
 		})
 	},
 	"openshift": func(t *testing.T, c *cluster.Cluster, ns string) {
-		for _, p := range managerPodsIn(t, c, ns) {
+		for _, p := range podsIn(t, c, ns, planesSelector) {
 			if sc := p.Spec.SecurityContext; sc.RunAsUser != 1000680000 || sc.RunAsGroup != 0 {
 				t.Errorf("pod %s runs as %d:%d, want 1000680000 with no group set", p.Metadata.Name, sc.RunAsUser, sc.RunAsGroup)
 			}
 		}
 	},
 	"serviceaccount": func(t *testing.T, c *cluster.Cluster, ns string) {
-		for _, p := range managerPodsIn(t, c, ns) {
-			if p.Spec.ServiceAccountName != "widget-manager" {
-				t.Errorf("pod %s runs as %s, want widget-manager", p.Metadata.Name, p.Spec.ServiceAccountName)
+		// Each plane its own account: the webhook plane's by the name given, the controller
+		// plane's the release's with -controller.
+		for plane, sa := range map[string]string{"webhook": "widget-manager", "controller": "widget-operator-controller"} {
+			for _, p := range podsIn(t, c, ns, "app.kubernetes.io/component="+plane) {
+				if p.Spec.ServiceAccountName != sa {
+					t.Errorf("%s pod %s runs as %s, want %s", plane, p.Metadata.Name, p.Spec.ServiceAccountName, sa)
+				}
 			}
-		}
-		if got := c.Kubectl(t, "-n", ns, "get", "serviceaccount", "widget-manager", "-o", "jsonpath={.automountServiceAccountToken}"); got != "false" {
-			t.Errorf("ServiceAccount widget-manager automountServiceAccountToken = %q", got)
+			if got := c.Kubectl(t, "-n", ns, "get", "serviceaccount", sa, "-o", "jsonpath={.automountServiceAccountToken}"); got != "false" {
+				t.Errorf("ServiceAccount %s automountServiceAccountToken = %q", sa, got)
+			}
 		}
 	},
 	"customisation": func(t *testing.T, c *cluster.Cluster, ns string) {
-		for _, p := range managerPodsIn(t, c, ns) {
+		for _, p := range podsIn(t, c, ns, planesSelector) {
 			if p.Metadata.Labels["team"] != "platform" || p.Metadata.Annotations["widgetry.io/owner"] != "platform-team" {
 				t.Errorf("pod %s lacks the common label or annotation: %v %v", p.Metadata.Name, p.Metadata.Labels, p.Metadata.Annotations)
 			}
@@ -244,15 +253,16 @@ type livePod struct {
 	} `json:"status"`
 }
 
-// managerPodsIn lists the manager's pods in ns (at least one).
-func managerPodsIn(t *testing.T, c *cluster.Cluster, ns string) []livePod {
+// podsIn lists the pods of the planes selector selects in ns (at least one), e.g.
+// "app.kubernetes.io/component=webhook" or planesSelector (both).
+func podsIn(t *testing.T, c *cluster.Cluster, ns, selector string) []livePod {
 	t.Helper()
 	var list struct {
 		Items []livePod `json:"items"`
 	}
-	out := c.Kubectl(t, "-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=manager", "-o", "json")
+	out := c.Kubectl(t, "-n", ns, "get", "pods", "-l", selector, "-o", "json")
 	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list.Items) == 0 {
-		t.Fatalf("manager pods in %s: %v\n%s", ns, err, out)
+		t.Fatalf("pods %s in %s: %v\n%s", selector, ns, err, out)
 	}
 	return list.Items
 }

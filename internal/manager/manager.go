@@ -349,9 +349,25 @@ func newControllerHost(cfg *rest.Config, opts Options, s *runtime.Scheme, draini
 	if err := addProbeServer(host, opts.HealthProbeBindAddress, probes, listeners); err != nil {
 		return nil, err
 	}
+	if err := addPprofServer(host, opts.PprofBindAddress, listeners); err != nil {
+		return nil, err
+	}
 	if opts.ControllerMetricsSocket != "" {
+		// The single-Deployment layout before the planes: the webhook container of the same
+		// pod re-exports these metrics.
 		if err := host.Add(&socketMetricsServer{path: opts.ControllerMetricsSocket}); err != nil {
 			return nil, err
+		}
+	} else if !disabled(opts.MetricsBindAddress) {
+		// The controller plane: its own Deployment, its own HTTPS endpoint behind
+		// authentication and authorization, every series labelled process="controller" as the
+		// alerts and dashboards select them.
+		log := logf.Log.WithName("controller-metrics")
+		if err := addMetricsServer(log, host, opts, listeners, widgetmetrics.Labelled(metrics.Registry, "process", "controller")); err != nil {
+			return nil, err
+		}
+		if err := metrics.Registry.Register(migrate.NewProgressCollector(host.GetAPIReader(), opts.Namespace).WithLogger(log.WithName("migration"))); err != nil {
+			return nil, fmt.Errorf("register migration metrics: %w", err)
 		}
 	}
 	if err := probes.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -466,6 +482,11 @@ func setupMetrics(log logr.Logger, webhookMgr ctrl.Manager, opts Options, cert *
 		Log:         log.WithName("metrics"),
 	}); err != nil {
 		return err
+	}
+	if opts.Components == ComponentsWebhooks && opts.ControllerMetricsSocket == "" {
+		// The webhook plane on its own may read nothing in its namespace: the controller
+		// plane exports the migration's progress.
+		return nil
 	}
 	if err := metrics.Registry.Register(migrate.NewProgressCollector(webhookMgr.GetAPIReader(), opts.Namespace).WithLogger(log.WithName("migration-metrics"))); err != nil {
 		return fmt.Errorf("register migration metrics: %w", err)

@@ -387,8 +387,9 @@ func TestWebhooksWithoutTheController(t *testing.T) {
 	controllerFinalizes(t, env, m, w, 2*time.Minute)
 }
 
-// TestWebhooksWithoutWidgetRBAC: a manager running as the chart's ServiceAccount, with the
-// chart's RBAC but the Widget rules taken out of its ClusterRole, serves conversion and
+// TestWebhooksWithoutWidgetRBAC: a manager running both planes in one process (as this tier
+// does) as the chart's controller ServiceAccount, holding the chart's RBAC of both planes but
+// with the Widget rules taken out of the controller's ClusterRole, serves conversion and
 // admission and is Ready; its controller fails (its Widget informer cannot list) and is set
 // up again with backoff, logging why; once the rules are back it reconciles.
 func TestWebhooksWithoutWidgetRBAC(t *testing.T) {
@@ -411,7 +412,7 @@ func TestWebhooksWithoutWidgetRBAC(t *testing.T) {
 		if _, hook := o.GetAnnotations()["helm.sh/hook"]; hook {
 			continue // the hooks' RBAC
 		}
-		if o.GetKind() == "ClusterRole" && o.GetName() == "widget-operator-manager" {
+		if o.GetKind() == "ClusterRole" && o.GetName() == "widget-operator-controller" {
 			managerRole = &rbacv1.ClusterRole{}
 			if err := helmtemplate.Into(o, managerRole); err != nil {
 				t.Fatal(err)
@@ -424,7 +425,14 @@ func TestWebhooksWithoutWidgetRBAC(t *testing.T) {
 		}
 	}
 	if managerRole == nil {
-		t.Fatal("the chart renders no ClusterRole for the manager")
+		t.Fatal("the chart renders no ClusterRole for the controller plane")
+	}
+	// One process runs both planes here: it holds the webhook plane's role too.
+	both := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "both-planes"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "widget-operator-webhook"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: widgetenv.Namespace, Name: "widget-operator-controller"}}}
+	if err := env.Client.Create(ctx, both); err != nil {
+		t.Fatal(err)
 	}
 	withWidgets := managerRole.DeepCopy()
 	managerRole.Rules = slices.DeleteFunc(managerRole.Rules, func(r rbacv1.PolicyRule) bool { return slices.Contains(r.APIGroups, "widgetry.io") })
@@ -436,7 +444,7 @@ func TestWebhooksWithoutWidgetRBAC(t *testing.T) {
 	}
 
 	// The manager runs as the chart's ServiceAccount: a client certificate with its user name.
-	user, err := env.Environment.ControlPlane.AddUser(envtest.User{Name: "system:serviceaccount:" + widgetenv.Namespace + ":widget-operator",
+	user, err := env.Environment.ControlPlane.AddUser(envtest.User{Name: "system:serviceaccount:" + widgetenv.Namespace + ":widget-operator-controller",
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + widgetenv.Namespace, "system:authenticated"}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -528,33 +536,41 @@ func finishLoad(t *testing.T, stop func(), results <-chan *widgetenv.LoadResult,
 	}
 }
 
-// TestKilledControllerLeavesWebhooksServing runs each replica as the chart does, two processes
-// (--components=webhooks and --components=controller) sharing a metrics socket. The leading
-// controller process is killed (SIGKILL: its lease is not released) while webhook traffic
-// goes to both webhook processes, none of them taken out of the rotation: not one request
-// fails, a standby controller leads once the lease expires, and the webhook side's /metrics
-// carries the controller's series labelled process="controller".
+// TestKilledControllerLeavesWebhooksServing runs the two planes as the chart does, each its
+// own processes: two --components=webhooks and two --components=controller, every one with its
+// own metrics endpoint. The leading controller process is killed (SIGKILL: its lease is not
+// released) while webhook traffic goes to both webhook processes, none of them taken out of the
+// rotation: not one request fails, a standby controller leads once the lease expires, and the
+// controller plane's /metrics labels its series process="controller" (what the alerts and
+// dashboards select) while the webhook plane's carry no controller series.
 func TestKilledControllerLeavesWebhooksServing(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
 	op := widgetenv.Setup(t, env, crd.StageAddVersion)
 	scraper := widgetenv.ServiceAccountToken(t, env, "prometheus", true)
 	var webhooks, controllers []*widgetenv.Manager
 	for i := range 2 {
-		socket := filepath.Join(t.TempDir(), "controller-metrics.sock")
 		port := op.WebhookPort
 		if i > 0 {
 			port = testenv.FreePort(t)
 		}
 		webhooks = append(webhooks, op.StartManager(t, widgetenv.ManagerOptions{WebhookPort: port,
-			Args: []string{"--components=webhooks", "--controller-metrics-socket=" + socket}}))
+			Args: []string{"--components=webhooks"}}))
 		controllers = append(controllers, op.StartManager(t, widgetenv.ManagerOptions{WebhookPort: testenv.FreePort(t),
-			Args: []string{"--components=controller", "--controller-metrics-socket=" + socket, "--leader-election-identity=replica-" + strconv.Itoa(i),
+			Args: []string{"--components=controller", "--leader-election-identity=replica-" + strconv.Itoa(i),
 				"--drain-delay=0s", "--connection-drain-timeout=0s"}}))
 	}
 	first, _ := waitLeader(t, env.Client, 30*time.Second, func(h string) bool { return byIdentity(controllers, h) != nil })
 	leading := slices.Index(controllers, byIdentity(controllers, first))
-	waitMetrics(t, webhooks[leading], scraper, `leader_election_master_status{name="widget-operator.widgetry.io",process="controller"} 1`)
-	waitMetrics(t, webhooks[1-leading], scraper, `leader_election_master_status{name="widget-operator.widgetry.io",process="controller"} 0`)
+	waitMetrics(t, controllers[leading], scraper, `leader_election_master_status{name="widget-operator.widgetry.io",process="controller"} 1`,
+		`widget_controller_running{process="controller"} 1`)
+	waitMetrics(t, controllers[1-leading], scraper, `leader_election_master_status{name="widget-operator.widgetry.io",process="controller"} 0`)
+	// The controller plane's endpoint authenticates its scrapers as the webhook plane's does.
+	if code, _ := scrapeMetrics(t, controllers[leading], ""); code != http.StatusUnauthorized {
+		t.Errorf("the controller plane's /metrics without a token: HTTP %d, want 401", code)
+	}
+	if _, body := scrapeMetrics(t, webhooks[0], scraper); strings.Contains(body, `process="controller"`) || strings.Contains(body, "widget_controller_running") {
+		t.Errorf("the webhook plane's /metrics carries controller series")
+	}
 
 	ctx, stopLoad := context.WithCancel(context.Background())
 	defer stopLoad()
@@ -569,14 +585,8 @@ func TestKilledControllerLeavesWebhooksServing(t *testing.T) {
 	}
 	second, seen := waitLeader(t, env.Client, 15*time.Second, func(h string) bool { return h != "" && h != first })
 	t.Logf("controller %s killed: %s leads after %s (lease %s)", first, second, seen.Sub(killed).Round(time.Millisecond), leaseDuration)
-	// The killed controller's series are gone from its webhook process's endpoint (the socket
-	// does not answer), which itself still serves.
-	testenv.Eventually(t, 10*time.Second, "the killed controller's series absent", func() error {
-		if _, body := scrapeMetrics(t, webhooks[leading], scraper); strings.Contains(body, `process="controller"`) {
-			return fmt.Errorf("still there")
-		}
-		return nil
-	})
+	// The standby now leads, and says so on its own endpoint.
+	waitMetrics(t, controllers[1-leading], scraper, `leader_election_master_status{name="widget-operator.widgetry.io",process="controller"} 1`)
 	finishLoad(t, stopLoad, results, "while the leading controller was killed", 200)
 	for _, w := range webhooks {
 		if !w.Ready() {

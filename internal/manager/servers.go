@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
 	certutil "k8s.io/client-go/util/cert"
@@ -35,7 +36,7 @@ const (
 // addServers adds the metrics endpoint, the probes and pprof, those that opts does not
 // disable, to mgr.
 func addServers(log logr.Logger, mgr ctrl.Manager, opts Options, probes *serving.Probes, listeners *serving.ListenerMetrics) error {
-	if err := addMetricsServer(log, mgr, opts, listeners); err != nil {
+	if err := addMetricsServer(log, mgr, opts, listeners, metrics.Registry); err != nil {
 		return err
 	}
 	if err := addProbeServer(mgr, opts.HealthProbeBindAddress, probes, listeners); err != nil {
@@ -79,9 +80,9 @@ func addPprofServer(mgr ctrl.Manager, addr string, listeners *serving.ListenerMe
 
 // addMetricsServer serves /metrics over HTTPS on opts.MetricsBindAddress (unless disabled),
 // behind authentication and authorization (a TokenReview and a SubjectAccessReview, as
-// controller-runtime's filter does), with a certificate from opts.MetricsCertDir (reloaded
+// controller-runtime's filter does), of what gatherer gathers, with a certificate from opts.MetricsCertDir (reloaded
 // when it changes) or, without one, a self-signed certificate.
-func addMetricsServer(log logr.Logger, mgr ctrl.Manager, opts Options, listeners *serving.ListenerMetrics) error {
+func addMetricsServer(log logr.Logger, mgr ctrl.Manager, opts Options, listeners *serving.ListenerMetrics, gatherer prometheus.Gatherer) error {
 	if disabled(opts.MetricsBindAddress) {
 		return nil
 	}
@@ -116,7 +117,7 @@ func addMetricsServer(log logr.Logger, mgr ctrl.Manager, opts Options, listeners
 	if err != nil {
 		return fmt.Errorf("register metrics authentication limits: %w", err)
 	}
-	authorized, err := filter(log.WithName("metrics-auth"), failures.Reached(promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError})))
+	authorized, err := filter(log.WithName("metrics-auth"), failures.Reached(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError})))
 	if err != nil {
 		return fmt.Errorf("metrics authentication and authorization: %w", err)
 	}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -53,13 +51,9 @@ func (c *RemoteCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, mf := range families {
 		desc := prometheus.NewDesc(mf.GetName(), mf.GetHelp(), nil, nil)
 		for _, m := range mf.GetMetric() {
-			m = proto.Clone(m).(*dto.Metric)
-			if slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == c.label }) {
-				continue // not ours to relabel
+			if m = withLabel(m, c.label, c.value); m != nil {
+				ch <- remoteMetric{desc: desc, m: m}
 			}
-			m.Label = append(m.Label, &dto.LabelPair{Name: proto.String(c.label), Value: proto.String(c.value)})
-			slices.SortFunc(m.Label, func(a, b *dto.LabelPair) int { return strings.Compare(a.GetName(), b.GetName()) })
-			ch <- remoteMetric{desc: desc, m: m}
 		}
 	}
 }

@@ -184,14 +184,17 @@ sum by (name, type) (rate(apiserver_admission_webhook_request_total{name=~"{{adm
 			description: "{{ $value }} replicas of job {{ $labels.job }} in namespace {{ $labels.namespace }} hold the {{lease}} lease (want exactly 1). Nothing reconciles Widgets, removes the widgetry.io/catalog-cleanup finalizer or runs migrations.",
 		}, {
 			name: AlertOperatorDegraded,
+			// The webhook plane's replicas: the controller plane's targets (their series say
+			// process="controller") are left out, or two controllers up would hide two webhook
+			// replicas down.
 			expr: `(
-  count by (namespace, job) (up{job="{{job}}"} == 1)
+  count by (namespace, job) ((up{job="{{job}}"} == 1) unless on (instance) widget_controller_running{job="{{job}}",process="controller"})
     or
   sum by (namespace, job) (up{job="{{job}}"}) * 0
 ) < {{replicas}}`,
 			dur: "15m", severity: SeverityWarning,
-			summary:     "Fewer widget-operator replicas are up than desired.",
-			description: "{{ $value }} of {{replicas}} replicas of job {{ $labels.job }} in namespace {{ $labels.namespace }} are up. The webhooks and leader election have less redundancy; one more loss stops conversion.",
+			summary:     "Fewer widget-operator webhook replicas are up than desired.",
+			description: "{{ $value }} of {{replicas}} webhook-plane replicas of job {{ $labels.job }} in namespace {{ $labels.namespace }} are up. Conversion and admission have less redundancy; one more loss stops conversion.",
 		}, {
 			name: AlertReconcileErrors,
 			expr: `sum by (namespace, job, controller) (rate(controller_runtime_reconcile_errors_total{job="{{job}}",controller="widget"}[5m]))

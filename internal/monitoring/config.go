@@ -31,9 +31,10 @@ const (
 	// validating one Ignore (the CRD's CEL rules refuse what it would).
 	MutatingWebhookName   = "mutate.widgets.widgetry.io"
 	ValidatingWebhookName = "validate.widgets.widgetry.io"
-	// ManagerContainers are the containers of a manager pod (the chart's manager, serving the
-	// webhooks, and controller): the container label of the kubelet's cAdvisor metrics.
-	ManagerContainers = "manager|controller"
+	// ManagerContainers are the containers of the two planes' pods (webhook and controller;
+	// manager was the single-Deployment layout's webhook container): the container label of
+	// the kubelet's cAdvisor metrics.
+	ManagerContainers = "webhook|controller|manager"
 )
 
 // admissionWebhooks is a PromQL regular expression, as the body of a double-quoted string,

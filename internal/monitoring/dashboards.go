@@ -26,8 +26,8 @@ const (
 	// so single-cluster setups need none.
 	cl  = `cluster=~"$cluster"`
 	mgr = cl + `,job="$job",namespace=~"$namespace"`
-	// cadvisor selects the kubelet's cAdvisor series of the manager pods' two containers; the
-	// pods themselves are the manager's scrape targets (onManagerPods).
+	// cadvisor selects the kubelet's cAdvisor series of the planes' containers; the pods
+	// themselves are the job's scrape targets (onManagerPods).
 	cadvisor = cl + `,namespace=~"$namespace",container=~"` + ManagerContainers + `"`
 	// onManagerPods keeps the series of pods that the manager's job scrapes: cAdvisor knows
 	// containers, not the release.
@@ -122,9 +122,9 @@ func overview(cfg Config) dashboardSpec {
 			title: "Replicas",
 			panels: []panel{{
 				kind: kindStat, title: "Replicas up", unit: units.Short, w: 6, h: 4,
-				desc:    fmt.Sprintf("Manager replicas Prometheus scrapes successfully (up == 1); green at the %d the deployment asks for (the chart's replicaCount). Below it for 15 minutes fires WidgetOperatorDegraded; 0 means no webhook: WidgetWebhookDown.", cfg.ExpectedReplicas),
+				desc:    fmt.Sprintf("Webhook-plane replicas Prometheus scrapes successfully (up == 1, the controller plane's targets left out); green at the %d the deployment asks for (the chart's replicaCount). Below it for 15 minutes fires WidgetOperatorDegraded; 0 means no webhook: WidgetWebhookDown.", cfg.ExpectedReplicas),
 				steps:   replicaSteps(cfg.ExpectedReplicas),
-				queries: []query{{expr: `count(up{` + mgr + `} == 1) or vector(0)`, legend: "up", instant: true}},
+				queries: []query{{expr: `count((up{` + mgr + `} == 1) unless on (instance) widget_controller_running{` + mgr + `,process="controller"}) or vector(0)`, legend: "up", instant: true}},
 			}, {
 				kind: kindStat, title: "Leaders", unit: units.Short, w: 6, h: 4,
 				desc:     "Replicas holding the widget-operator.widgetry.io lease. Exactly 1 is healthy; 0 or more than 1 for 5 minutes fires WidgetOperatorNoLeader.",

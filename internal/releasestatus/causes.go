@@ -29,17 +29,27 @@ func causes(r *Report, o Options) []Cause {
 	add := func(runbook, format string, args ...any) {
 		out = append(out, Cause{Summary: fmt.Sprintf(format, args...), Runbook: runbook})
 	}
-	ready := 0
+	// Each plane counted apart: two controllers Ready do not make up for the webhooks.
+	var serving, servingReady, leading, leadingReady int
 	for _, rep := range r.Replicas {
-		if rep.Ready {
-			ready++
+		if rep.Serves() {
+			serving++
+			if rep.Ready {
+				servingReady++
+			}
+		}
+		if rep.Leads() {
+			leading++
+			if rep.Ready {
+				leadingReady++
+			}
 		}
 	}
 	switch {
-	case len(r.Replicas) == 0:
-		add("runbooks/alerts/WidgetWebhookDown.md", "no manager pod exists in %s: every Widget request fails at the webhooks", r.Namespace)
-	case ready == 0:
-		add("runbooks/alerts/WidgetWebhookDown.md", "none of %d manager pods is Ready: every Widget request fails at the webhooks", len(r.Replicas))
+	case serving == 0:
+		add("runbooks/alerts/WidgetWebhookDown.md", "no webhook pod exists in %s: every Widget request fails at the webhooks", r.Namespace)
+	case servingReady == 0:
+		add("runbooks/alerts/WidgetWebhookDown.md", "none of %d webhook pods is Ready: every Widget request fails at the webhooks", serving)
 	}
 	for _, c := range r.Conversion {
 		if !c.OK {
@@ -70,7 +80,9 @@ func causes(r *Report, o Options) []Cause {
 		add("runbooks/alerts/WidgetControllerPaused.md", "the controller is paused by ConfigMap %s/widget-operator-paused since %s", r.Namespace, r.Paused.Since.Format(time.RFC3339))
 	}
 	switch {
-	case len(r.Replicas) > 0 && r.Leader == nil:
+	case leading == 0 && len(r.Replicas) > 0:
+		add("runbooks/alerts/WidgetControllerNotRunning.md", "no controller pod exists in %s: no Widget is reconciled and no finalizer removed", r.Namespace)
+	case leading > 0 && r.Leader == nil:
 		add("runbooks/alerts/WidgetOperatorNoLeader.md", "no leader election Lease %s/%s: no controller has ever led", r.Namespace, LeaseName)
 	case r.Leader != nil && r.Leader.Expired:
 		add("runbooks/alerts/WidgetOperatorNoLeader.md", "the Lease held by %s was last renewed at %s and has expired: no controller leads", r.Leader.Holder, r.Leader.RenewTime.Format(time.RFC3339))
@@ -102,8 +114,16 @@ func causes(r *Report, o Options) []Cause {
 	} else if r.ReleaseError != "" {
 		add("runbooks/upgrade/README.md", "the Helm release cannot be read: %s", r.ReleaseError)
 	}
-	if len(r.Replicas) > 0 && ready < len(r.Replicas) && ready > 0 {
-		add("runbooks/alerts/WidgetOperatorDegraded.md", "%d of %d manager pods are Ready", ready, len(r.Replicas))
+	if serving > 0 && servingReady < serving && servingReady > 0 {
+		add("runbooks/alerts/WidgetOperatorDegraded.md", "%d of %d webhook pods are Ready", servingReady, serving)
+	}
+	switch {
+	case leading > 0 && leadingReady == 0 && servingReady > 0:
+		// The webhooks serve but no pod that can run the controller is Ready (with no webhook
+		// Ready either, the outage reported first says it).
+		add("runbooks/alerts/WidgetControllerNotRunning.md", "none of %d controller pods is Ready: no Widget is reconciled and no finalizer removed", leading)
+	case leadingReady > 0 && leadingReady < leading:
+		add("runbooks/alerts/WidgetOperatorDegraded.md", "%d of %d controller pods are Ready", leadingReady, leading)
 	}
 	return out
 }

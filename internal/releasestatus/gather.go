@@ -19,7 +19,9 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,10 +36,14 @@ import (
 
 // Labels and names the chart gives its objects.
 const (
-	instanceLabel   = "app.kubernetes.io/instance"
-	componentLabel  = "app.kubernetes.io/component"
-	managerComp     = "manager"
-	managerName     = "manager"
+	instanceLabel  = "app.kubernetes.io/instance"
+	componentLabel = "app.kubernetes.io/component"
+	// The planes' components; legacyComp was the single-Deployment layout's, whose pods ran
+	// the webhooks in the container legacyContainer and the controller beside it.
+	webhookComp     = "webhook"
+	controllerComp  = "controller"
+	legacyComp      = "manager"
+	legacyContainer = "manager"
 	webhookPortName = "webhook"
 	// LeaseName is the controller's leader election Lease in the release namespace.
 	LeaseName = "widget-operator.widgetry.io"
@@ -245,8 +251,13 @@ func clientConfigs[W any](webhooks []W, of func(W) admissionregistrationv1.Webho
 
 func gatherReplicas(ctx context.Context, o Options, judges []certtrust.Judge, r *Report) {
 	var pods corev1.PodList
-	if err := o.Client.List(ctx, &pods, client.InNamespace(o.Namespace), client.MatchingLabels{instanceLabel: o.Release, componentLabel: managerComp}); err != nil {
-		r.Causes = append(r.Causes, Cause{Summary: "cannot list the manager pods: " + err.Error(), Runbook: "runbooks/alerts/WidgetWebhookDown.md"})
+	planes, err := labels.NewRequirement(componentLabel, selection.In, []string{webhookComp, controllerComp, legacyComp})
+	if err != nil {
+		panic(err) // constant arguments
+	}
+	selector := labels.SelectorFromSet(labels.Set{instanceLabel: o.Release}).Add(*planes)
+	if err := o.Client.List(ctx, &pods, client.InNamespace(o.Namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
+		r.Causes = append(r.Causes, Cause{Summary: "cannot list the webhook and controller pods: " + err.Error(), Runbook: "runbooks/alerts/WidgetWebhookDown.md"})
 		return
 	}
 	var serving *Cert
@@ -256,7 +267,7 @@ func gatherReplicas(ctx context.Context, o Options, judges []certtrust.Judge, r 
 		}
 	}
 	for _, p := range pods.Items {
-		rep := Replica{Pod: p.Name, Node: p.Spec.NodeName, Phase: string(p.Status.Phase), Restarts: map[string]int32{}}
+		rep := Replica{Pod: p.Name, Plane: p.Labels[componentLabel], Node: p.Spec.NodeName, Phase: string(p.Status.Phase), Restarts: map[string]int32{}}
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodReady {
 				rep.Ready = c.Status == corev1.ConditionTrue
@@ -267,6 +278,8 @@ func gatherReplicas(ctx context.Context, o Options, judges []certtrust.Judge, r 
 		}
 		port := webhookPort(&p)
 		switch {
+		case !rep.Serves():
+			// The controller plane serves no webhook.
 		case p.DeletionTimestamp != nil:
 			rep.ServingError = "terminating"
 		case p.Status.Phase != corev1.PodRunning:
@@ -288,7 +301,7 @@ func gatherReplicas(ctx context.Context, o Options, judges []certtrust.Judge, r 
 func webhookPort(p *corev1.Pod) int {
 	for _, c := range p.Spec.Containers {
 		for _, port := range c.Ports {
-			if port.Name == webhookPortName && (c.Name == managerName || len(p.Spec.Containers) == 1) {
+			if port.Name == webhookPortName && (c.Name == webhookComp || c.Name == legacyContainer || len(p.Spec.Containers) == 1) {
 				return int(port.ContainerPort)
 			}
 		}

@@ -136,3 +136,48 @@ func TestCausesPutTheOutageFirst(t *testing.T) {
 		t.Fatalf("a healthy release: causes %v, want none", got)
 	}
 }
+
+// TestCausesCountEachPlane: the two planes are counted apart. Controllers Ready do not hide
+// the webhooks' outage, webhooks Ready do not hide a controller plane that is down, and the
+// controller plane's pods are never asked which certificate they serve.
+func TestCausesCountEachPlane(t *testing.T) {
+	now := time.Now()
+	healthy := func(r *Report) *Report {
+		r.Namespace, r.Release, r.Leader = "ns", &Release{Status: "deployed"}, &Leader{Holder: "w-controller-1"}
+		return r
+	}
+	webhook := func(pod string, ready bool) Replica {
+		return Replica{Pod: pod, Plane: "webhook", Ready: ready, Serving: &ServedCert{}}
+	}
+	controller := func(pod string, ready bool) Replica { return Replica{Pod: pod, Plane: "controller", Ready: ready} }
+	for _, tc := range []struct {
+		name     string
+		replicas []Replica
+		want     []string
+	}{
+		{"both planes Ready", []Replica{webhook("w-webhook-1", true), webhook("w-webhook-2", true), controller("w-controller-1", true), controller("w-controller-2", true)}, nil},
+		{"no webhook Ready, the controllers are", []Replica{webhook("w-webhook-1", false), controller("w-controller-1", true), controller("w-controller-2", true)},
+			[]string{"none of 1 webhook pods is Ready"}},
+		{"no webhook pod at all", []Replica{controller("w-controller-1", true)}, []string{"no webhook pod exists"}},
+		{"no controller Ready, the webhooks are", []Replica{webhook("w-webhook-1", true), controller("w-controller-1", false)},
+			[]string{"none of 1 controller pods is Ready"}},
+		{"no controller pod at all", []Replica{webhook("w-webhook-1", true)}, []string{"no controller pod exists"}},
+		{"one of two controllers Ready", []Replica{webhook("w-webhook-1", true), controller("w-controller-1", true), controller("w-controller-2", false)},
+			[]string{"1 of 2 controller pods are Ready"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, c := range causes(healthy(&Report{Replicas: tc.replicas}), Options{Now: now}) {
+				got = append(got, c.Summary)
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("causes %q, want %q", got, tc.want)
+			}
+			for i := range got {
+				if !strings.Contains(got[i], tc.want[i]) {
+					t.Errorf("cause %q, want %q", got[i], tc.want[i])
+				}
+			}
+		})
+	}
+}

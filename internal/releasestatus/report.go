@@ -56,9 +56,13 @@ type Bundle struct {
 	CAs    []string `json:"cas"`
 }
 
-// Replica is one manager pod.
+// Replica is one pod of the webhook or the controller plane (or of the single-Deployment layout
+// before them, which was both).
 type Replica struct {
-	Pod      string           `json:"pod"`
+	Pod string `json:"pod"`
+	// Plane is the pod's app.kubernetes.io/component: webhook, controller, or manager (the
+	// single-Deployment layout).
+	Plane    string           `json:"plane"`
 	Node     string           `json:"node,omitempty"`
 	Phase    string           `json:"phase"`
 	Ready    bool             `json:"ready"`
@@ -118,3 +122,11 @@ type Cause struct {
 	Summary string `json:"summary"`
 	Runbook string `json:"runbook"`
 }
+
+// Serves tells whether the replica serves the webhooks (the webhook plane, or a pod of the
+// single-Deployment layout).
+func (r Replica) Serves() bool { return r.Plane != controllerComp }
+
+// Leads tells whether the replica may run the controller (the controller plane, or a pod of the
+// single-Deployment layout).
+func (r Replica) Leads() bool { return r.Plane != webhookComp }

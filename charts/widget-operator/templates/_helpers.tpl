@@ -25,11 +25,49 @@ release widget-operator gives Deployment widget-operator, as the runbooks assume
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Selector labels of the manager's pods. */}}
-{{- define "widget-operator.selectorLabels" -}}
+{{/* Labels every pod of the release's two planes carries. */}}
+{{- define "widget-operator.instanceLabels" -}}
 app.kubernetes.io/name: {{ include "widget-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/component: manager
+{{- end }}
+
+{{/*
+Selector labels of one plane's pods; dict "root" and "plane": webhook (conversion and
+admission, every replica serving) or controller (the Widget controller, leader-elected, and the
+CA bundle's writer). The single-Deployment layout before the planes was component "manager".
+*/}}
+{{- define "widget-operator.selectorLabels" -}}
+{{ include "widget-operator.instanceLabels" .root }}
+app.kubernetes.io/component: {{ .plane }}
+{{- end }}
+
+{{/*
+What the webhook Service (and the webhook plane's metrics Service) select: the webhook plane's
+pods, and during the handover from the single-Deployment layout the old pods too, which
+widgetctl handover prepare labels so (a Deployment's selector cannot change, a label beside it
+can).
+*/}}
+{{- define "widget-operator.servingLabels" -}}
+{{ include "widget-operator.instanceLabels" . }}
+widgetry.io/serves-webhooks: "true"
+{{- end }}
+
+{{/* The Deployment of the single-Deployment layout (chart versions before the planes). */}}
+{{- define "widget-operator.legacyDeploymentName" -}}
+{{ include "widget-operator.fullname" . }}
+{{- end }}
+
+{{/*
+"true" on an upgrade of a release whose single-Deployment layout's Deployment still exists: only
+then are the handover hooks and their permissions rendered (helm template and a client-side dry
+run cannot look, and render neither).
+*/}}
+{{- define "widget-operator.handover" -}}
+{{- if .Release.IsUpgrade }}
+{{- with lookup "apps/v1" "Deployment" .Release.Namespace (include "widget-operator.legacyDeploymentName" .) }}
+{{- if eq (dig "spec" "selector" "matchLabels" "app.kubernetes.io/component" "" .) "manager" }}true{{ end }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* Labels of every object. */}}
@@ -80,18 +118,41 @@ line indented by "indent". Arguments: dict "root" $ "indent" N.
 {{- end }}
 {{- end }}
 
-{{/* The manager's ServiceAccount. */}}
+{{/* The webhook plane's ServiceAccount (the name the single-Deployment layout's manager had). */}}
 {{- define "widget-operator.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- .Values.serviceAccount.name | default (include "widget-operator.fullname" .) }}
 {{- else if .Values.serviceAccount.name }}
 {{- .Values.serviceAccount.name }}
 {{- else }}
-{{- fail "serviceAccount.create=false needs serviceAccount.name: the existing ServiceAccount the manager runs as" }}
+{{- fail "serviceAccount.create=false needs serviceAccount.name and controller.serviceAccountName: the existing ServiceAccounts the webhook and controller planes run as" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The controller plane's ServiceAccount: controller.serviceAccountName, else (serviceAccount.create)
+the release's full name with -controller.
+*/}}
+{{- define "widget-operator.controllerServiceAccountName" -}}
+{{- if .Values.controller.serviceAccountName }}
+{{- .Values.controller.serviceAccountName }}
+{{- else if .Values.serviceAccount.create }}
+{{- printf "%s-controller" (include "widget-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- fail "serviceAccount.create=false needs serviceAccount.name and controller.serviceAccountName: the existing ServiceAccounts the webhook and controller planes run as" }}
 {{- end }}
 {{- end }}
 
 {{/* Names of the generated objects. */}}
+{{- define "widget-operator.webhookDeploymentName" -}}
+{{- printf "%s-webhook" (include "widget-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- define "widget-operator.controllerName" -}}
+{{- printf "%s-controller" (include "widget-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- define "widget-operator.controllerMetricsServiceName" -}}
+{{- printf "%s-controller-metrics" (include "widget-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
 {{- define "widget-operator.webhookServiceName" -}}
 {{- printf "%s-webhook" (include "widget-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -455,7 +516,7 @@ hooks' output, among them the preflight's refusals.
 {{- end }}
 
 {{/*
-Environment of both manager containers; dict "root" (the chart's root) and "container" (whose
+Environment of both planes' containers; dict "root" (the chart's root) and "container" (whose
 memory limit GOMEMLIMIT reads).
 */}}
 {{- define "widget-operator.managerEnv" -}}
@@ -481,13 +542,75 @@ memory limit GOMEMLIMIT reads).
 {{- end }}
 {{- end }}
 
-{{/* Volume mounts of both manager containers besides the serving certificate. */}}
+{{/* Volume mounts of both planes' containers besides their certificates. */}}
 {{- define "widget-operator.managerVolumeMounts" -}}
 - name: tmp
   mountPath: /tmp
-- name: run
-  mountPath: /run/widget-operator
 {{- with .Values.manager.extraVolumeMounts }}
 {{ toYaml . }}
 {{- end }}
+{{- end }}
+
+{{/*
+Where one plane's pods run: affinity (by default spread over nodes), the zone spread and the
+user's topologySpreadConstraints (each without a labelSelector gets the plane's), nodeSelector
+and tolerations; dict "root" and "plane". Each plane spreads its own replicas: a webhook replica
+and a controller replica on one node do not repel each other.
+*/}}
+{{- define "widget-operator.podScheduling" -}}
+{{- $root := .root }}
+{{- $selector := include "widget-operator.selectorLabels" . }}
+{{- if $root.Values.affinity }}
+affinity:
+  {{- toYaml $root.Values.affinity | nindent 2 }}
+{{- else if $root.Values.podAntiAffinity }}
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- $selector | nindent 14 }}
+{{- end }}
+{{- $spreadHeader := false }}
+{{- if $root.Values.zoneSpread }}
+{{- $spreadHeader = true }}
+topologySpreadConstraints:
+  - maxSkew: 1
+    topologyKey: topology.kubernetes.io/zone
+    whenUnsatisfiable: ScheduleAnyway
+    labelSelector:
+      matchLabels:
+        {{- $selector | nindent 8 }}
+    matchLabelKeys:
+      - pod-template-hash
+{{- end }}
+{{- range $root.Values.topologySpreadConstraints }}
+{{- if not $spreadHeader }}
+{{- $spreadHeader = true }}
+topologySpreadConstraints:
+{{- end }}
+  {{- $constraint := deepCopy . }}
+  {{- if not (hasKey $constraint "labelSelector") }}
+  {{- $_ := set $constraint "labelSelector" (dict "matchLabels" ($selector | fromYaml)) }}
+  {{- end }}
+  - {{- toYaml $constraint | nindent 4 }}
+{{- end }}
+{{- with $root.Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $root.Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* The names widgetctl handover works on, as its flags. */}}
+{{- define "widget-operator.handoverArgs" -}}
+- --legacy-deployment={{ include "widget-operator.legacyDeploymentName" . }}
+- --webhook-deployment={{ include "widget-operator.webhookDeploymentName" . }}
+- --webhook-service={{ include "widget-operator.webhookServiceName" . }}
 {{- end }}

@@ -118,7 +118,7 @@ groups:
       - alert: WidgetOperatorDegraded
         expr: |-
           (
-            count by (namespace, job) (up{job="{{ .Values.monitoring.job }}"} == 1)
+            count by (namespace, job) ((up{job="{{ .Values.monitoring.job }}"} == 1) unless on (instance) widget_controller_running{job="{{ .Values.monitoring.job }}",process="controller"})
               or
             sum by (namespace, job) (up{job="{{ .Values.monitoring.job }}"}) * 0
           ) < {{ .Values.replicaCount }}
@@ -126,9 +126,9 @@ groups:
         labels:
           severity: warning
         annotations:
-          description: '{{ "{{" }} $value {{ "}}" }} of {{ .Values.replicaCount }} replicas of job {{ "{{" }} $labels.job {{ "}}" }} in namespace {{ "{{" }} $labels.namespace {{ "}}" }} are up. The webhooks and leader election have less redundancy; one more loss stops conversion.'
+          description: '{{ "{{" }} $value {{ "}}" }} of {{ .Values.replicaCount }} webhook-plane replicas of job {{ "{{" }} $labels.job {{ "}}" }} in namespace {{ "{{" }} $labels.namespace {{ "}}" }} are up. Conversion and admission have less redundancy; one more loss stops conversion.'
           runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetOperatorDegraded.md
-          summary: Fewer widget-operator replicas are up than desired.
+          summary: Fewer widget-operator webhook replicas are up than desired.
       - alert: WidgetReconcileErrors
         expr: |-
           sum by (namespace, job, controller) (rate(controller_runtime_reconcile_errors_total{job="{{ .Values.monitoring.job }}",controller="widget"}[5m]))
