@@ -164,7 +164,7 @@ var valueSetChecks = map[string]func(t *testing.T, c *cluster.Cluster, ns string
 		if len(all) < 20 || strings.Join(all, " ") != strings.Join(labelled, " ") {
 			t.Errorf("objects of the release: %v\nwith the common label: %v", all, labelled)
 		}
-		env := c.Kubectl(t, "-n", ns, "get", "deploy", "widget-operator", "-o", "jsonpath={.spec.template.spec.containers[0].env[*].name} {.spec.template.spec.containers[0].volumeMounts[*].mountPath}")
+		env := c.Kubectl(t, "-n", ns, "get", "deploy", "widget-operator-webhook", "-o", "jsonpath={.spec.template.spec.containers[0].env[*].name} {.spec.template.spec.containers[0].volumeMounts[*].mountPath}")
 		if !strings.Contains(env, "GODEBUG") || !strings.Contains(env, "/etc/widget-operator/extra") {
 			t.Errorf("the manager container lacks the extra env or mount: %s", env)
 		}
