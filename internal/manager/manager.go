@@ -366,8 +366,8 @@ func newControllerHost(cfg *rest.Config, opts Options, s *runtime.Scheme, draini
 		if err := addMetricsServer(log, host, opts, listeners, widgetmetrics.Labelled(metrics.Registry, "process", "controller")); err != nil {
 			return nil, err
 		}
-		if err := metrics.Registry.Register(migrate.NewProgressCollector(host.GetAPIReader(), opts.Namespace).WithLogger(log.WithName("migration"))); err != nil {
-			return nil, fmt.Errorf("register migration metrics: %w", err)
+		if err := registerMigrationMetrics(log, host.GetAPIReader(), opts.Namespace); err != nil {
+			return nil, err
 		}
 	}
 	if err := probes.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -488,7 +488,14 @@ func setupMetrics(log logr.Logger, webhookMgr ctrl.Manager, opts Options, cert *
 		// plane exports the migration's progress.
 		return nil
 	}
-	if err := metrics.Registry.Register(migrate.NewProgressCollector(webhookMgr.GetAPIReader(), opts.Namespace).WithLogger(log.WithName("migration-metrics"))); err != nil {
+	return registerMigrationMetrics(log, webhookMgr.GetAPIReader(), opts.Namespace)
+}
+
+// registerMigrationMetrics exports the migration's progress, read at scrape time from the
+// progress ConfigMaps in namespace: by the controller plane, or by the process that runs the
+// webhooks where it may read them (one process for both, or the single-Deployment layout).
+func registerMigrationMetrics(log logr.Logger, reader client.Reader, namespace string) error {
+	if err := metrics.Registry.Register(migrate.NewProgressCollector(reader, namespace).WithLogger(log.WithName("migration-metrics"))); err != nil {
 		return fmt.Errorf("register migration metrics: %w", err)
 	}
 	return nil
