@@ -36,6 +36,7 @@ type attacker struct {
 	c      *cluster.Cluster
 	client *http.Client
 	tls    *tls.Config
+	ca     []byte
 	pods   []corev1.Pod
 }
 
@@ -50,7 +51,7 @@ func newAttacker(t *testing.T, c *cluster.Cluster, k client.Client) *attacker {
 		t.Fatal("the serving certificate Secret has no ca.crt")
 	}
 	tlsConfig := &tls.Config{RootCAs: roots, ServerName: release + "-webhook." + ns + ".svc", MinVersion: tls.VersionTLS12}
-	a := &attacker{t: t, c: c, tls: tlsConfig, pods: webhookPods(t, k)}
+	a := &attacker{t: t, c: c, tls: tlsConfig, ca: secret.Data["ca.crt"], pods: webhookPods(t, k)}
 	a.client = &http.Client{Timeout: time.Minute, Transport: &http.Transport{
 		DialContext: c.DialContext, TLSClientConfig: tlsConfig, MaxIdleConnsPerHost: 256, ForceAttemptHTTP2: false,
 	}}
@@ -385,13 +386,20 @@ func (a *attacker) inventedTokens(n int) map[int]int {
 }
 
 // everyday sends, at rate per second until ctx ends, a single Widget's ConversionReview and an
-// AdmissionReview alternately, spread over the pods, as the apiserver does for everyday reads
-// and writes.
+// AdmissionReview in turn to each pod, as the apiserver does for everyday reads and writes. Like
+// the apiserver it is a process of its own (startEveryday), not goroutines queued behind the
+// attacker's in this one, and has connections of its own, kept alive as client-go's transport
+// cache keeps them: the attacker cannot take them, and its new ones queue in the pods' accept
+// backlog with the attacker's.
 func (a *attacker) everyday(ctx context.Context, rate int) *widgetenv.LoadResult {
-	var targets []string
+	spec := everydaySpec{NetNS: a.c.NetNS, CA: a.ca, ServerName: a.tls.ServerName, Rate: rate}
 	for _, pod := range a.pods {
-		targets = append(targets, "https://"+net.JoinHostPort(pod.Status.PodIP, "9443"))
+		spec.Targets = append(spec.Targets, "https://"+net.JoinHostPort(pod.Status.PodIP, "9443"))
 	}
-	load := &widgetenv.Load{Client: a.client, Targets: func() []string { return targets }, Rate: rate}
-	return load.Run(ctx)
+	res, err := startEveryday(ctx, spec)
+	if err != nil {
+		a.t.Errorf("the everyday load's process: %v", err)
+		return &widgetenv.LoadResult{}
+	}
+	return res
 }

@@ -8,7 +8,9 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/http/httptrace"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,8 +40,44 @@ type LoadResult struct {
 	Worst              time.Duration
 	// Latencies are every request's, in the order they completed.
 	Latencies []time.Duration
+	// Sent are every request's start, path and latency, in the same order.
+	Sent []Sent
 	// Errors holds the first failures, for the test's message.
 	Errors []string
+}
+
+// Sent is one request of a load: when it started, where it went, how long it took.
+type Sent struct {
+	Start   time.Time
+	Target  string
+	Path    string
+	Latency time.Duration
+	// Conn is how long the request waited for its connection (a dial and a TLS handshake, or
+	// an idle one), Answer from the request written to the answer's first byte.
+	Conn, Answer time.Duration
+}
+
+// Slowest names the n slowest requests, slowest first, with their start times.
+func (r *LoadResult) Slowest(n int) string {
+	sorted := slices.Clone(r.Sent)
+	slices.SortFunc(sorted, func(a, b Sent) int { return int(b.Latency - a.Latency) })
+	var out []string
+	for _, s := range sorted[:min(n, len(sorted))] {
+		out = append(out, fmt.Sprintf("%s%s at %s: %s (connection %s, answer %s)", s.Target, s.Path, s.Start.Format("15:04:05.000"),
+			s.Latency.Round(time.Millisecond), s.Conn.Round(time.Millisecond), s.Answer.Round(time.Millisecond)))
+	}
+	return strings.Join(out, "; ")
+}
+
+// QuantileOf is Quantile over the requests sent to path alone.
+func (r *LoadResult) QuantileOf(path string, q float64) time.Duration {
+	of := &LoadResult{}
+	for _, s := range r.Sent {
+		if s.Path == path {
+			of.Latencies = append(of.Latencies, s.Latency)
+		}
+	}
+	return of.Quantile(q)
 }
 
 // Quantile is the q-quantile (0 < q <= 1) of the latencies, the nearest rank; 0 without
@@ -88,20 +126,24 @@ func (l *Load) Run(ctx context.Context) *LoadResult {
 		if len(targets) == 0 {
 			continue
 		}
+		// Every target gets every path: the path turns once the targets have gone round.
 		target := targets[i%len(targets)]
-		path, body := paths[i%len(paths)], admissionBody
+		path, body := paths[i/len(targets)%len(paths)], admissionBody
 		if path == webhook.ConvertPath {
 			body = conversionBody
 		}
 		wg.Go(func() {
 			start := time.Now()
-			err := l.send(target+path, body)
+			var sent Sent
+			err := l.send(target+path, body, &sent)
 			d := time.Since(start)
 			mu.Lock()
 			defer mu.Unlock()
 			res.Requests++
 			res.Worst = max(res.Worst, d)
 			res.Latencies = append(res.Latencies, d)
+			sent.Start, sent.Target, sent.Path, sent.Latency = start, target, path, d
+			res.Sent = append(res.Sent, sent)
 			if err != nil {
 				res.Failures++
 				if len(res.Errors) < 5 {
@@ -112,11 +154,18 @@ func (l *Load) Run(ctx context.Context) *LoadResult {
 	}
 }
 
-func (l *Load) send(url string, body []byte) error {
+func (l *Load) send(url string, body []byte, sent *Sent) error {
 	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
+	var getConn, wrote time.Time
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		GetConn:              func(string) { getConn = time.Now() },
+		GotConn:              func(httptrace.GotConnInfo) { sent.Conn = time.Since(getConn) },
+		WroteRequest:         func(httptrace.WroteRequestInfo) { wrote = time.Now() },
+		GotFirstResponseByte: func() { sent.Answer = time.Since(wrote) },
+	}))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := l.Client.Do(req)
 	if err != nil {
