@@ -159,13 +159,23 @@ func (l *Load) send(url string, body []byte, sent *Sent) error {
 	if err != nil {
 		return err
 	}
+	// The transport calls these from its write and read loops as well as from this goroutine,
+	// possibly after Do has returned an error.
+	var mu sync.Mutex
 	var getConn, wrote time.Time
+	var connWait, answerWait time.Duration
+	locked := func(f func()) {
+		mu.Lock()
+		defer mu.Unlock()
+		f()
+	}
 	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
-		GetConn:              func(string) { getConn = time.Now() },
-		GotConn:              func(httptrace.GotConnInfo) { sent.Conn = time.Since(getConn) },
-		WroteRequest:         func(httptrace.WroteRequestInfo) { wrote = time.Now() },
-		GotFirstResponseByte: func() { sent.Answer = time.Since(wrote) },
+		GetConn:              func(string) { locked(func() { getConn = time.Now() }) },
+		GotConn:              func(httptrace.GotConnInfo) { locked(func() { connWait = time.Since(getConn) }) },
+		WroteRequest:         func(httptrace.WroteRequestInfo) { locked(func() { wrote = time.Now() }) },
+		GotFirstResponseByte: func() { locked(func() { answerWait = time.Since(wrote) }) },
 	}))
+	defer locked(func() { sent.Conn, sent.Answer = connWait, answerWait })
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := l.Client.Do(req)
 	if err != nil {
