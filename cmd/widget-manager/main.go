@@ -49,6 +49,8 @@ func main() {
 	fs.StringVar(&opts.PprofBindAddress, "pprof-bind-address", "0", "Address of net/http/pprof, which has no authentication: bind it to 127.0.0.1 and reach it with kubectl port-forward; 0 disables it.")
 	tls13 := fs.Bool("tls-min-version-1.3", false, "Require TLS 1.3 (default minimum: TLS 1.2).")
 	fs.BoolVar(&opts.EnableHTTP2, "enable-http2", false, "Serve HTTP/2 on the webhook and metrics servers (off by default: HTTP/2 rapid-reset CVEs).")
+	fs.StringVar(&opts.NodeName, "node-name", os.Getenv("NODE_NAME"), "The node this replica runs on, exported as widget_replica_placement_info (default $NODE_NAME; empty: not exported).")
+	fs.StringVar(&opts.NodeZone, "node-zone", os.Getenv("NODE_ZONE"), "The zone of that node (its topology.kubernetes.io/zone label), exported with it (default $NODE_ZONE).")
 	fs.BoolVar(&opts.LeaderElection, "leader-elect", opts.LeaderElection, "Elect one controller among the replicas; webhooks run on every replica regardless.")
 	fs.StringVar(&opts.LeaderElectionIdentity, "leader-election-identity", os.Getenv("POD_NAME"), "This replica's name in the Lease (default $POD_NAME; empty: hostname and a random suffix).")
 	fs.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", opts.LeaseDuration, "Lease duration.")

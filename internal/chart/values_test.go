@@ -175,6 +175,10 @@ var valueCases = []valueCase{{
 		if env["POD_NAMESPACE"] != "metadata.namespace" || env["POD_NAME"] != "metadata.name" || env["GOMEMLIMIT"] != "webhook/limits.memory" {
 			t.Errorf("env: %v", env)
 		}
+		// Where the replica runs, for widget_replica_placement_info.
+		if env["NODE_NAME"] != "spec.nodeName" || env["NODE_ZONE"] != "metadata.labels['topology.kubernetes.io/zone']" {
+			t.Errorf("env: %v", env)
+		}
 		if pod.Volumes[0].Secret.SecretName != "widget-operator-serving-cert" {
 			t.Errorf("certificate volume: %+v", pod.Volumes[0])
 		}

@@ -136,6 +136,12 @@ type Options struct {
 	// CVE-2023-39325).
 	EnableHTTP2 bool
 
+	// NodeName and NodeZone are where this replica runs (the chart passes the pod's node and
+	// its topology.kubernetes.io/zone label), exported as widget_replica_placement_info by the
+	// process that serves the webhooks, so that an alert sees replicas that share one node or
+	// one zone; an empty NodeName exports nothing.
+	NodeName, NodeZone string
+
 	LeaderElection bool
 	// LeaderElectionIdentity names this replica in the Lease (the chart passes the pod name);
 	// empty means hostname plus a random suffix.
@@ -479,6 +485,7 @@ func setupMetrics(log logr.Logger, webhookMgr ctrl.Manager, opts Options, cert *
 		CRDReader:   webhookMgr.GetAPIReader(),
 		CRDNames:    []string{crd.WidgetName},
 		Certificate: widgetmetrics.LeafCertificate(cert.GetCertificate),
+		Placement:   placement(opts),
 		Log:         log.WithName("metrics"),
 	}); err != nil {
 		return err
@@ -489,6 +496,14 @@ func setupMetrics(log logr.Logger, webhookMgr ctrl.Manager, opts Options, cert *
 		return nil
 	}
 	return registerMigrationMetrics(log, webhookMgr.GetAPIReader(), opts.Namespace)
+}
+
+// placement is where this replica runs, nil when its node is not known.
+func placement(opts Options) *widgetmetrics.Placement {
+	if opts.NodeName == "" {
+		return nil
+	}
+	return &widgetmetrics.Placement{Node: opts.NodeName, Zone: opts.NodeZone}
 }
 
 // registerMigrationMetrics exports the migration's progress, read at scrape time from the

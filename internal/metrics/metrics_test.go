@@ -268,6 +268,26 @@ widget_build_info{go_version=%q,version=%q} 1
 	}
 }
 
+func TestPlacement(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	if err := Register(reg, Options{Placement: &Placement{Node: "node-a", Zone: "zone-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := gatherAndCompare(reg, `
+widget_replica_placement_info{node="node-a",zone="zone-1"} 1
+`, PlacementInfoName); err != nil {
+		t.Error(err)
+	}
+	// Without a placement (a process outside a pod) there is no series.
+	reg = prometheus.NewPedanticRegistry()
+	if err := Register(reg, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := gatherAndCompare(reg, "", PlacementInfoName); err != nil {
+		t.Error(err)
+	}
+}
+
 // gatherAndCompare gathers reg (failing on any collector error, as the manager's handler would)
 // and compares the named families as "name{label="value",...} value" lines, order-insensitive.
 func gatherAndCompare(reg prometheus.Gatherer, want string, names ...string) error {

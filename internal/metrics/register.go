@@ -34,6 +34,10 @@ type Options struct {
 	// NotBefore is exported then). Setting both is an error.
 	CertificateExpiry func() (notAfter time.Time, loaded bool)
 
+	// Placement is where this replica runs; nil (outside a pod, where the node is not known)
+	// leaves out widget_replica_placement_info.
+	Placement *Placement
+
 	// Log receives CRD read errors (a scrape never fails because of them). Zero value: discard.
 	Log logr.Logger
 }
@@ -47,6 +51,9 @@ func Register(reg prometheus.Registerer, opts Options) error {
 			return fmt.Errorf("register CRD metrics: a CRD reader is set but no CRD names")
 		}
 		collectors = append(collectors, NewCRDCollector(opts.CRDReader, opts.Log, opts.CRDNames...))
+	}
+	if opts.Placement != nil {
+		collectors = append(collectors, NewPlacementCollector(*opts.Placement))
 	}
 	switch {
 	case opts.Certificate != nil && opts.CertificateExpiry != nil:

@@ -17,6 +17,7 @@ const (
 	AlertWebhookDown                      = "WidgetWebhookDown"
 	AlertOperatorNoLeader                 = "WidgetOperatorNoLeader"
 	AlertOperatorDegraded                 = "WidgetOperatorDegraded"
+	AlertWebhookReplicasNotSpread         = "WidgetWebhookReplicasNotSpread"
 	AlertReconcileErrors                  = "WidgetReconcileErrors"
 	AlertWebhookCertificateExpiresSoon    = "WidgetWebhookCertificateExpiresSoon"
 	AlertWebhookCertificateRenewalHeld    = "WidgetWebhookCertificateRenewalHeld"
@@ -195,6 +196,35 @@ sum by (name, type) (rate(apiserver_admission_webhook_request_total{name=~"{{adm
 			dur: "15m", severity: SeverityWarning,
 			summary:     "Fewer widget-operator webhook replicas are up than desired.",
 			description: "{{ $value }} of {{replicas}} webhook-plane replicas of job {{ $labels.job }} in namespace {{ $labels.namespace }} are up. Conversion and admission have less redundancy; one more loss stops conversion.",
+		}, {
+			name: AlertWebhookReplicasNotSpread,
+			// Every webhook replica (widget_replica_placement_info: only the processes that
+			// serve the webhooks export it) on one node, while the cluster has other nodes to
+			// spread to (kube-state-metrics): one drained or lost node stops conversion. On a
+			// one-node cluster, or without kube-state-metrics, it cannot be helped or told, and
+			// stays silent.
+			expr: `count by (namespace, job) (widget_replica_placement_info{job="{{job}}"}) > 1
+  unless on (namespace, job)
+count by (namespace, job) (count by (namespace, job, node) (widget_replica_placement_info{job="{{job}}"})) > 1
+  and on ()
+count(kube_node_spec_unschedulable == 0) > 1`,
+			dur: "15m", severity: SeverityWarning, symptom: "node",
+			summary:     "Every widget-operator webhook replica runs on one node.",
+			description: "All {{ $value }} webhook-plane replicas of job {{ $labels.job }} in namespace {{ $labels.namespace }} run on one node, though the cluster has other schedulable nodes: draining or losing that node stops conversion and admission for every Widget, whatever the PodDisruptionBudget says.",
+		}, {
+			name: AlertWebhookReplicasNotSpread,
+			// The same for zones: the replicas' zone is their node's topology.kubernetes.io/zone
+			// label, copied onto the pod when it is bound (Kubernetes 1.35 on); the cluster's
+			// zones come from kube-state-metrics' kube_node_labels, which carries the zone label
+			// only when allowed (--metric-labels-allowlist=nodes=[topology.kubernetes.io/zone]).
+			expr: `count by (namespace, job) (widget_replica_placement_info{job="{{job}}",zone!=""}) > 1
+  unless on (namespace, job)
+count by (namespace, job) (count by (namespace, job, zone) (widget_replica_placement_info{job="{{job}}",zone!=""})) > 1
+  and on ()
+count(count by (label_topology_kubernetes_io_zone) (kube_node_labels{label_topology_kubernetes_io_zone!=""})) > 1`,
+			dur: "15m", severity: SeverityWarning, symptom: "zone",
+			summary:     "Every widget-operator webhook replica runs in one zone.",
+			description: "All {{ $value }} webhook-plane replicas of job {{ $labels.job }} in namespace {{ $labels.namespace }} run in one zone of a cluster that has several: a zone outage stops conversion and admission for every Widget.",
 		}, {
 			name: AlertReconcileErrors,
 			expr: `sum by (namespace, job, controller) (rate(controller_runtime_reconcile_errors_total{job="{{job}}",controller="widget"}[5m]))

@@ -59,6 +59,7 @@ func TestCatalogueLabelsMatchCode(t *testing.T) {
 	}
 	collectors := append([]prometheus.Collector{
 		widgetmetrics.NewBuildInfoCollector("test"),
+		widgetmetrics.NewPlacementCollector(widgetmetrics.Placement{}),
 		widgetmetrics.NewCRDCollector(nil, logr.Discard(), WidgetCRD),
 		widgetmetrics.NewCertificateExpiryCollector(func() *x509.Certificate { return nil }),
 		widgetmetrics.NewCertificateTrustCollector(func(context.Context) widgetmetrics.CertificateStatus { return widgetmetrics.CertificateStatus{} }),

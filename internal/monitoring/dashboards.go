@@ -117,7 +117,7 @@ func overview(cfg Config) dashboardSpec {
 	clientAll := `sum by (process) (rate(rest_client_requests_total{` + mgr + `}[` + rateWindow + `]))`
 	return dashboardSpec{
 		file: "widget-operator-overview", uid: "widget-operator-overview", title: "widget-operator / Overview",
-		desc: "Manager replicas, leadership, Widget reconciliation and its work queue, panics, the manager's API requests and its pods' CPU, memory and restarts. Alerts: WidgetOperatorDegraded, WidgetOperatorNoLeader, WidgetReconcileErrors, WidgetWorkQueueStuck, WidgetOperatorPanics, WidgetAPIClientErrors.",
+		desc: "Manager replicas, leadership, Widget reconciliation and its work queue, panics, the manager's API requests and its pods' CPU, memory and restarts. Alerts: WidgetOperatorDegraded, WidgetWebhookReplicasNotSpread, WidgetOperatorNoLeader, WidgetReconcileErrors, WidgetWorkQueueStuck, WidgetOperatorPanics, WidgetAPIClientErrors.",
 		rows: []row{{
 			title: "Replicas",
 			panels: []panel{{
@@ -132,10 +132,15 @@ func overview(cfg Config) dashboardSpec {
 				mappings: map[string]string{"0": "no leader"},
 				queries:  []query{{expr: `sum(leader_election_master_status{` + mgr + `,name="` + LeaseName + `"}) or vector(0)`, legend: "leaders", instant: true}},
 			}, {
-				kind: kindTable, title: "Builds running", unit: units.Short, w: 12, h: 4,
+				kind: kindTable, title: "Builds running", unit: units.Short, w: 6, h: 4,
 				desc:    "Replicas per build version and Go version (widget_build_info). More than one row outside a rollout means replicas run different code.",
 				steps:   []step{base(green)},
 				queries: []query{{expr: `count by (version, go_version) (widget_build_info{` + mgr + `})`, instant: true, table: true}},
+			}, {
+				kind: kindTable, title: "Webhook replicas by node", unit: units.Short, w: 6, h: 4,
+				desc:    "Webhook-plane replicas per node and zone (widget_replica_placement_info; the zone is empty before Kubernetes 1.35 or on nodes without topology.kubernetes.io/zone). One row with every replica, on a cluster with other schedulable nodes (or zones), for 15 minutes fires WidgetWebhookReplicasNotSpread: one drained or lost node stops conversion.",
+				steps:   []step{base(green)},
+				queries: []query{{expr: `count by (node, zone) (widget_replica_placement_info{` + mgr + `})`, instant: true, table: true}},
 			}},
 		}, {
 			title: "Reconciliation",

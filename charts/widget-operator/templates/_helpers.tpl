@@ -529,6 +529,18 @@ memory limit GOMEMLIMIT reads).
   valueFrom:
     fieldRef:
       fieldPath: metadata.name
+# Where the replica runs, for widget_replica_placement_info (WidgetWebhookReplicasNotSpread).
+# The zone is the pod's copy of its node's topology.kubernetes.io/zone label, which the
+# apiserver sets when the pod is bound (PodTopologyLabelsAdmission, on by default since
+# Kubernetes 1.35); empty before that, or on nodes without the label.
+- name: NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+- name: NODE_ZONE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.labels['topology.kubernetes.io/zone']
 # The container's memory limit, in bytes: the Go runtime's soft limit (the manager lowers it
 # to 90%) and what the webhooks' in-flight budget and body limits are derived from. Without a
 # limit set, the node's allocatable memory.

@@ -129,6 +129,36 @@ groups:
           description: '{{ "{{" }} $value {{ "}}" }} of {{ .Values.replicaCount }} webhook-plane replicas of job {{ "{{" }} $labels.job {{ "}}" }} in namespace {{ "{{" }} $labels.namespace {{ "}}" }} are up. Conversion and admission have less redundancy; one more loss stops conversion.'
           runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetOperatorDegraded.md
           summary: Fewer widget-operator webhook replicas are up than desired.
+      - alert: WidgetWebhookReplicasNotSpread
+        expr: |-
+          count by (namespace, job) (widget_replica_placement_info{job="{{ .Values.monitoring.job }}"}) > 1
+            unless on (namespace, job)
+          count by (namespace, job) (count by (namespace, job, node) (widget_replica_placement_info{job="{{ .Values.monitoring.job }}"})) > 1
+            and on ()
+          count(kube_node_spec_unschedulable == 0) > 1
+        for: 15m
+        labels:
+          severity: warning
+          symptom: node
+        annotations:
+          description: 'All {{ "{{" }} $value {{ "}}" }} webhook-plane replicas of job {{ "{{" }} $labels.job {{ "}}" }} in namespace {{ "{{" }} $labels.namespace {{ "}}" }} run on one node, though the cluster has other schedulable nodes: draining or losing that node stops conversion and admission for every Widget, whatever the PodDisruptionBudget says.'
+          runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetWebhookReplicasNotSpread.md
+          summary: Every widget-operator webhook replica runs on one node.
+      - alert: WidgetWebhookReplicasNotSpread
+        expr: |-
+          count by (namespace, job) (widget_replica_placement_info{job="{{ .Values.monitoring.job }}",zone!=""}) > 1
+            unless on (namespace, job)
+          count by (namespace, job) (count by (namespace, job, zone) (widget_replica_placement_info{job="{{ .Values.monitoring.job }}",zone!=""})) > 1
+            and on ()
+          count(count by (label_topology_kubernetes_io_zone) (kube_node_labels{label_topology_kubernetes_io_zone!=""})) > 1
+        for: 15m
+        labels:
+          severity: warning
+          symptom: zone
+        annotations:
+          description: 'All {{ "{{" }} $value {{ "}}" }} webhook-plane replicas of job {{ "{{" }} $labels.job {{ "}}" }} in namespace {{ "{{" }} $labels.namespace {{ "}}" }} run in one zone of a cluster that has several: a zone outage stops conversion and admission for every Widget.'
+          runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetWebhookReplicasNotSpread.md
+          summary: Every widget-operator webhook replica runs in one zone.
       - alert: WidgetReconcileErrors
         expr: |-
           sum by (namespace, job, controller) (rate(controller_runtime_reconcile_errors_total{job="{{ .Values.monitoring.job }}",controller="widget"}[5m]))
