@@ -209,8 +209,14 @@ var valueCases = []valueCase{{
 		if ctl.Name != "controller" || ctl.ReadinessProbe == nil || ctl.LivenessProbe.HTTPGet.Port.String() != "health" || len(ctl.Ports) != 2 {
 			t.Errorf("controller container probes and ports: readiness %v liveness %+v ports %+v", ctl.ReadinessProbe, ctl.LivenessProbe, ctl.Ports)
 		}
-		if ctl.Resources.Limits.Memory().String() != "256Mi" || ctl.Env[2].ValueFrom.ResourceFieldRef.ContainerName != "controller" {
-			t.Errorf("controller container resources %+v, GOMEMLIMIT from %+v", ctl.Resources, ctl.Env[2].ValueFrom)
+		var memLimit *corev1.ResourceFieldSelector
+		for _, e := range ctl.Env {
+			if e.Name == "GOMEMLIMIT" && e.ValueFrom != nil {
+				memLimit = e.ValueFrom.ResourceFieldRef
+			}
+		}
+		if ctl.Resources.Limits.Memory().String() != "256Mi" || memLimit == nil || memLimit.ContainerName != "controller" {
+			t.Errorf("controller container resources %+v, GOMEMLIMIT from %+v", ctl.Resources, memLimit)
 		}
 		for _, v := range cpod.Volumes {
 			if v.Secret != nil && v.Secret.SecretName != "widget-operator-controller-metrics" {
