@@ -66,6 +66,7 @@ func syntheticData(now time.Time) []synthetic {
 		data = append(data,
 			synthetic{"up", m, constant(1)},
 			synthetic{"widget_build_info", withLabels(m, "version", "v0.1.0", "go_version", "go1.26.8"), constant(1)},
+			synthetic{"widget_replica_placement_info", withLabels(m, "node", fmt.Sprintf("node-%d", i), "zone", "zone-a"), constant(1)},
 			synthetic{"leader_election_master_status", withLabels(m, "name", LeaseName), constant(leader)},
 			synthetic{"controller_runtime_reconcile_total", withLabels(m, "controller", "widget", "result", "success"), perSecond(leader * 5)},
 			synthetic{"controller_runtime_reconcile_total", withLabels(m, "controller", "widget", "result", "error"), perSecond(leader * 0.1)},
