@@ -627,6 +627,9 @@ func TestProductionProof(t *testing.T) {
 		go func() { everydayDone <- a.everyday(everydayCtx, 20) }()
 		// As the apiserver's would be, its connections are open when the attack begins.
 		time.Sleep(3 * time.Second)
+		// The everyday load's process started at this process's own priority; the attacks
+		// run at a lower one (attackerNice).
+		restorePriority := a.yieldCPU()
 		var wg sync.WaitGroup
 		attacksStarted := time.Now()
 		timed := func(name string, attack func()) {
@@ -641,23 +644,27 @@ func TestProductionProof(t *testing.T) {
 		timed("trickled probe headers", func() { probesOpen, probesHeld = a.trickledHeaders(8081, false, 100, 20*time.Second) })
 		timed("invented tokens", func() { tokens = a.inventedTokens(100) })
 		wg.Wait()
+		attacksEnded := time.Now()
+		restorePriority()
 		stopEveryday()
-		everyday := <-everydayDone
+		whole := <-everydayDone
 		closeDeclared()
+		if whole.Failures > 0 {
+			t.Errorf("single-object reviews straight to the pods: %s; first: %v", whole, whole.Errors)
+		}
+		// The figures and the bound are of the reviews sent while the attacks ran.
+		everyday := whole.Between(attacksStarted, attacksEnded)
 		// Issue #33: single-object conversions and admission reviews keep a p99 under 1 s.
 		conversionP99, admissionP99 := everyday.QuantileOf(webhook.ConvertPath, 0.99), everyday.QuantileOf(webhook.ValidatePath, 0.99)
 		figure("single-object reviews straight to the pods during the attacks", "%s; p99 %s (conversion %s, admission %s)",
 			everyday, everyday.Quantile(0.99).Round(time.Millisecond), conversionP99.Round(time.Millisecond), admissionP99.Round(time.Millisecond))
 		t.Logf("hostile step: the slowest single-object reviews: %s", everyday.Slowest(5))
-		if everyday.Requests < 20*10 {
-			t.Errorf("the everyday load sent %d single-object reviews during the attacks; it was meant to send 20 a second", everyday.Requests)
+		if attacks := attacksEnded.Sub(attacksStarted); everyday.Requests < 100 || float64(everyday.Requests) < 0.8*20*attacks.Seconds() {
+			t.Errorf("the everyday load sent %d single-object reviews during the %s of the attacks; it was meant to send 20 a second", everyday.Requests, attacks.Round(time.Second))
 		}
 		if conversionP99 >= everydayP99Bound || admissionP99 >= everydayP99Bound {
 			t.Errorf("single-object reviews during the attacks: p99 %s for conversions, %s for admission; the bound is %s (slowest: %s)",
 				conversionP99, admissionP99, everydayP99Bound, everyday.Slowest(5))
-		}
-		if everyday.Failures > 0 {
-			t.Errorf("single-object reviews during the attacks: %s; first: %v", everyday, everyday.Errors)
 		}
 		figure("100 slow clients held a connection at most", "%s", held.Round(100*time.Millisecond))
 		figure("answers to 200 concurrent 8 MiB reviews", "%v", answers)

@@ -55,6 +55,28 @@ type Sent struct {
 	// Conn is how long the request waited for its connection (a dial and a TLS handshake, or
 	// an idle one), Answer from the request written to the answer's first byte.
 	Conn, Answer time.Duration
+	// Failed is whether it failed (its error, if among the first, is in LoadResult.Errors).
+	Failed bool
+}
+
+// Between is the part of r sent from from until to: the requests that a fault running then
+// could meet, without those sent before or after it, whose quicker answers would hide its
+// effect.
+func (r *LoadResult) Between(from, to time.Time) *LoadResult {
+	part := &LoadResult{Errors: r.Errors}
+	for _, s := range r.Sent {
+		if s.Start.Before(from) || !s.Start.Before(to) {
+			continue
+		}
+		part.Requests++
+		part.Worst = max(part.Worst, s.Latency)
+		part.Latencies = append(part.Latencies, s.Latency)
+		part.Sent = append(part.Sent, s)
+		if s.Failed {
+			part.Failures++
+		}
+	}
+	return part
 }
 
 // Slowest names the n slowest requests, slowest first, with their start times.
@@ -104,6 +126,27 @@ var (
 		`"object":{"apiVersion":"widgetry.io/v1alpha1","kind":"Widget","metadata":{"name":"load","namespace":"default"},"spec":{"image":"srv:1","replicas":2}}}}`)
 )
 
+// Warm opens n connections to each target, as a client that has served a burst before keeps
+// them (up to its transport's MaxIdleConnsPerHost), by sending n admission reviews at once to
+// each; it returns the first failure. A load warmed before a fault measures the fault, not
+// the TCP and TLS handshakes its own growth would need while the fault runs.
+func (l *Load) Warm(n int) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, n*len(l.Targets()))
+	for _, target := range l.Targets() {
+		for range n {
+			wg.Go(func() {
+				if err := l.send(target+webhook.ValidatePath, admissionBody, &Sent{}); err != nil {
+					errs <- err
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
 // Run sends requests until ctx is done and returns what it saw.
 func (l *Load) Run(ctx context.Context) *LoadResult {
 	res := &LoadResult{}
@@ -142,7 +185,7 @@ func (l *Load) Run(ctx context.Context) *LoadResult {
 			res.Requests++
 			res.Worst = max(res.Worst, d)
 			res.Latencies = append(res.Latencies, d)
-			sent.Start, sent.Target, sent.Path, sent.Latency = start, target, path, d
+			sent.Start, sent.Target, sent.Path, sent.Latency, sent.Failed = start, target, path, d, err != nil
 			res.Sent = append(res.Sent, sent)
 			if err != nil {
 				res.Failures++
