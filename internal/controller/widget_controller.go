@@ -86,12 +86,12 @@ func (r *WidgetReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 	r.controller, err = ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		WatchesRawSource(r.widgetSource(sv)).
-		Watches(&appsv1.Deployment{}, owner, builder.OnlyMetadata).
-		Watches(&corev1.Service{}, owner, builder.OnlyMetadata).
+		Watches(&appsv1.Deployment{}, owner, builder.OnlyMetadata, builder.WithPredicates(childEchoes())).
+		Watches(&corev1.Service{}, owner, builder.OnlyMetadata, builder.WithPredicates(childEchoes())).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(catalogEntryToWidget),
 			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 				return o.GetNamespace() == r.CatalogNamespace && o.GetLabels()[CatalogLabel] == "true"
-			}))).
+			}), catalogEchoes())).
 		Watches(&apiextensionsv1.CustomResourceDefinition{}, handler.Funcs{
 			UpdateFunc: func(ctx context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 				if err := r.followStorageVersion(ctx, e.ObjectNew.(*apiextensionsv1.CustomResourceDefinition)); err != nil {
@@ -123,7 +123,7 @@ func (r *WidgetReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manage
 // widgetSource watches Widgets of one version; its events are dropped once another version
 // has become the storage version.
 func (r *WidgetReconciler) widgetSource(sv storageVersion) source.Source {
-	return source.Kind[client.Object](r.Cache, widgetMetadata(sv.name()), &handler.EnqueueRequestForObject{}, r.whileStorage(sv))
+	return source.Kind[client.Object](r.Cache, widgetMetadata(sv.name()), &handler.EnqueueRequestForObject{}, r.whileStorage(sv), widgetEchoes())
 }
 
 // whileStorage passes the events of sv's watch while sv is the storage version the

@@ -4,7 +4,6 @@ package manager_test
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"io"
@@ -24,26 +23,6 @@ import (
 	"github.com/widgetry/widget-operator/internal/testenv/testcerts"
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
-
-// scrapeMetrics GETs the manager's /metrics with token ("" for none) and returns the status
-// code and body; a failed connection is code 0 with the error as the body (the metrics
-// server may start a moment after the replica is Ready: callers poll).
-func scrapeMetrics(t *testing.T, m *widgetenv.Manager, token string) (int, string) {
-	t.Helper()
-	insecure := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed metrics certificate
-	defer insecure.CloseIdleConnections()                                                                                                   // the metrics listener caps connections per source
-	req, _ := http.NewRequest(http.MethodGet, "https://127.0.0.1:"+strconv.Itoa(m.MetricsPort)+"/metrics", nil)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := insecure.Do(req)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
-}
 
 // readyz returns the answer of /readyz<path>: "?verbose" lists every check, "/<check>" gives
 // one check's reason (the aggregate withholds reasons).
@@ -74,7 +53,7 @@ func update(t *testing.T, c client.Client, key client.ObjectKey, obj client.Obje
 func waitMetrics(t *testing.T, m *widgetenv.Manager, token string, want ...string) {
 	t.Helper()
 	testenv.Eventually(t, 20*time.Second, "metrics "+strings.Join(want, ", "), func() error {
-		code, body := scrapeMetrics(t, m, token)
+		code, body := m.ScrapeMetrics(token)
 		if code != http.StatusOK {
 			return fmt.Errorf("HTTP %d: %.200s", code, body)
 		}

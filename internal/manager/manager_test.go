@@ -320,7 +320,7 @@ func TestSecureEndpoints(t *testing.T) {
 
 	var body string
 	get := func(token string) int {
-		code, b := scrapeMetrics(t, m, token)
+		code, b := m.ScrapeMetrics(token)
 		body = b
 		return code
 	}
@@ -565,10 +565,10 @@ func TestKilledControllerLeavesWebhooksServing(t *testing.T) {
 		`widget_controller_running{process="controller"} 1`)
 	waitMetrics(t, controllers[1-leading], scraper, `leader_election_master_status{name="widget-operator.widgetry.io",process="controller"} 0`)
 	// The controller plane's endpoint authenticates its scrapers as the webhook plane's does.
-	if code, _ := scrapeMetrics(t, controllers[leading], ""); code != http.StatusUnauthorized {
+	if code, _ := controllers[leading].ScrapeMetrics(""); code != http.StatusUnauthorized {
 		t.Errorf("the controller plane's /metrics without a token: HTTP %d, want 401", code)
 	}
-	if _, body := scrapeMetrics(t, webhooks[0], scraper); strings.Contains(body, `process="controller"`) || strings.Contains(body, "widget_controller_running") {
+	if _, body := webhooks[0].ScrapeMetrics(scraper); strings.Contains(body, `process="controller"`) || strings.Contains(body, "widget_controller_running") {
 		t.Errorf("the webhook plane's /metrics carries controller series")
 	}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -378,4 +379,23 @@ func Binary(t testing.TB, name string) string {
 	}
 	built[name] = path
 	return path
+}
+
+// ScrapeMetrics GETs the manager's /metrics with token ("" for none) and returns the status
+// code and body; a failed connection is code 0 with the error as the body (the metrics
+// server may start a moment after the replica is Ready: callers poll).
+func (m *Manager) ScrapeMetrics(token string) (int, string) {
+	insecure := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed metrics certificate
+	defer insecure.CloseIdleConnections()                                                                                                   // the metrics listener caps connections per source
+	req, _ := http.NewRequest(http.MethodGet, "https://127.0.0.1:"+strconv.Itoa(m.MetricsPort)+"/metrics", nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := insecure.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }

@@ -1,0 +1,67 @@
+package controller
+
+import (
+	"slices"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+)
+
+// A reconcile of a new Widget writes its finalizer, its catalog entry, its Deployment and
+// Service (and their managedFields' hand-over to the apply) and its status. Each write comes
+// back as a watch event for the Widget, and each event would reconcile it again, to find
+// nothing to do: two or three reconciles per created Widget, each a read past the cache and a
+// conversion. The predicates below drop those echoes of the controller's own writes by what
+// they change, not by remembering resourceVersions: an echo can arrive before the write's
+// answer, and a remembered version would then be too late to match it.
+//
+// What still reconciles: a Widget created, deleted or changed in its spec (its generation),
+// its owner references, its deletion or any finalizer but the controller's own addition; a
+// child deleted, or changed in anything but the managedFields hand-over (its spec, its
+// status: a Deployment's readiness is the Widget's, its owner references); a catalog entry
+// changed or deleted. A child or a catalog entry that appears is the controller's own
+// creation, or one of the initial list, whose Widgets reconcile anyway.
+
+// widgetEchoes passes a Widget's events but the echoes of the controller's own writes: an
+// update that changes neither its generation, nor its deletion, nor its owner references,
+// nor its finalizers (but for the controller's own, added) is its status or finalizer write
+// coming back. (The Widget watch caches metadata only, without labels and annotations, which
+// the reconcile does not read; a status written by someone else waits for the next event.)
+func widgetEchoes() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool { return !widgetEcho(e.ObjectOld, e.ObjectNew) }}
+}
+
+func widgetEcho(old, new client.Object) bool {
+	return old.GetGeneration() == new.GetGeneration() &&
+		old.GetDeletionTimestamp().Equal(new.GetDeletionTimestamp()) &&
+		equality.Semantic.DeepEqual(old.GetOwnerReferences(), new.GetOwnerReferences()) &&
+		(slices.Equal(old.GetFinalizers(), new.GetFinalizers()) ||
+			slices.Equal(append(slices.Clone(old.GetFinalizers()), Finalizer), new.GetFinalizers()))
+}
+
+// childEchoes passes a child's events but its creation and the hand-over of its fields to the
+// controller's apply right after it (upgradeManagedFields).
+func childEchoes() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool { return !fieldsHandedOver(e.ObjectOld, e.ObjectNew) },
+	}
+}
+
+// fieldsHandedOver: the update only removed the cache's marker of fields under the Update
+// operation (TrimChild): the controller's upgradeManagedFields.
+func fieldsHandedOver(old, new client.Object) bool {
+	return needsUpgrade(old) && !needsUpgrade(new) &&
+		old.GetGeneration() == new.GetGeneration() &&
+		old.GetDeletionTimestamp().Equal(new.GetDeletionTimestamp()) &&
+		equality.Semantic.DeepEqual(old.GetOwnerReferences(), new.GetOwnerReferences()) &&
+		slices.Equal(old.GetFinalizers(), new.GetFinalizers())
+}
+
+// catalogEchoes passes a catalog entry's events but its creation, which is the controller's
+// apply (or the initial list).
+func catalogEchoes() predicate.Predicate {
+	return predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
+}

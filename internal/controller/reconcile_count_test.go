@@ -1,0 +1,112 @@
+//go:build envtest
+
+package controller_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1 "github.com/widgetry/widget-operator/api/v1"
+	"github.com/widgetry/widget-operator/api/v1alpha1"
+	"github.com/widgetry/widget-operator/internal/controller"
+	"github.com/widgetry/widget-operator/internal/crd"
+	"github.com/widgetry/widget-operator/internal/scheme"
+	"github.com/widgetry/widget-operator/internal/testenv"
+	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
+)
+
+// reconciles is the manager's controller_runtime_reconcile_total for the Widget controller,
+// every result summed, read from its /metrics with token.
+func reconciles(t *testing.T, m *widgetenv.Manager, token string) int {
+	t.Helper()
+	code, body := m.ScrapeMetrics(token)
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: HTTP %d: %.300s", code, body)
+	}
+	total := 0
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "controller_runtime_reconcile_total{") || !strings.Contains(line, `controller="`+controller.Name+`"`) {
+			continue
+		}
+		n, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("/metrics: %q: %v", line, err)
+		}
+		total += int(n)
+	}
+	return total
+}
+
+// TestEachCreatedWidgetReconciledOnce (issue #37): a created Widget is reconciled once. Its
+// reconcile writes the finalizer, the catalog entry, the Deployment and the Service (and
+// their fields' hand-over to the apply) and the status; none of those writes' watch events
+// reconciles it again. (No Deployment controller runs here: on a cluster, a Deployment's
+// status changes reconcile its Widget, whose readiness they are.)
+func TestEachCreatedWidgetReconciledOnce(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
+	op := widgetenv.Setup(t, env, crd.StageFlipStorage)
+	m := op.StartManager(t, widgetenv.ManagerOptions{})
+	token := widgetenv.ServiceAccountToken(t, env, "prometheus", true)
+	c := env.Client
+	ctx := context.Background()
+	createNamespace(t, c, "fleet")
+	var before int
+	testenv.Eventually(t, timeout, "the metrics endpoint answers", func() error {
+		if code, body := m.ScrapeMetrics(token); code != http.StatusOK {
+			return fmt.Errorf("HTTP %d: %.200s", code, body)
+		}
+		return nil
+	})
+	before = reconciles(t, m, token)
+
+	const n = 40
+	for i := range n {
+		if err := c.Create(ctx, alphaWidget("fleet", fmt.Sprintf("w-%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, timeout, "every Widget with its finalizer, catalog entry and status", func() error {
+		var errs []error
+		for i := range n {
+			name := fmt.Sprintf("w-%02d", i)
+			got := &v1alpha1.Widget{}
+			if err := c.Get(ctx, key("fleet", name), got); err != nil {
+				return err
+			}
+			if !controllerutil.ContainsFinalizer(got, controller.Finalizer) || got.Status.ObservedGeneration != got.Generation ||
+				meta.FindStatusCondition(got.Status.Conditions, v1.ConditionReady) == nil {
+				errs = append(errs, fmt.Errorf("%s not reconciled yet", name))
+			} else if err := catalogEntry(c, "fleet", name); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	})
+	// The echoes of those writes come within moments; the count must then hold still.
+	after, still := reconciles(t, m, token), 0
+	for still < 6 {
+		time.Sleep(500 * time.Millisecond)
+		now := reconciles(t, m, token)
+		if now == after {
+			still++
+		} else {
+			after, still = now, 0
+		}
+	}
+	t.Logf("%d Widgets created: %d reconciles", n, after-before)
+	if after-before != n {
+		t.Errorf("%d Widgets created were reconciled %d times; want each once", n, after-before)
+	}
+}
