@@ -33,12 +33,12 @@ func widgetEchoes() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool { return !widgetEcho(e.ObjectOld, e.ObjectNew) }}
 }
 
-func widgetEcho(old, new client.Object) bool {
-	return old.GetGeneration() == new.GetGeneration() &&
-		old.GetDeletionTimestamp().Equal(new.GetDeletionTimestamp()) &&
-		equality.Semantic.DeepEqual(old.GetOwnerReferences(), new.GetOwnerReferences()) &&
-		(slices.Equal(old.GetFinalizers(), new.GetFinalizers()) ||
-			slices.Equal(append(slices.Clone(old.GetFinalizers()), Finalizer), new.GetFinalizers()))
+func widgetEcho(before, after client.Object) bool {
+	return before.GetGeneration() == after.GetGeneration() &&
+		before.GetDeletionTimestamp().Equal(after.GetDeletionTimestamp()) &&
+		equality.Semantic.DeepEqual(before.GetOwnerReferences(), after.GetOwnerReferences()) &&
+		(slices.Equal(before.GetFinalizers(), after.GetFinalizers()) ||
+			slices.Equal(append(slices.Clone(before.GetFinalizers()), Finalizer), after.GetFinalizers()))
 }
 
 // childEchoes passes a child's events but its creation and the hand-over of its fields to the
@@ -52,12 +52,12 @@ func childEchoes() predicate.Predicate {
 
 // fieldsHandedOver: the update only removed the cache's marker of fields under the Update
 // operation (TrimChild): the controller's upgradeManagedFields.
-func fieldsHandedOver(old, new client.Object) bool {
-	return needsUpgrade(old) && !needsUpgrade(new) &&
-		old.GetGeneration() == new.GetGeneration() &&
-		old.GetDeletionTimestamp().Equal(new.GetDeletionTimestamp()) &&
-		equality.Semantic.DeepEqual(old.GetOwnerReferences(), new.GetOwnerReferences()) &&
-		slices.Equal(old.GetFinalizers(), new.GetFinalizers())
+func fieldsHandedOver(before, after client.Object) bool {
+	return needsUpgrade(before) && !needsUpgrade(after) &&
+		before.GetGeneration() == after.GetGeneration() &&
+		before.GetDeletionTimestamp().Equal(after.GetDeletionTimestamp()) &&
+		equality.Semantic.DeepEqual(before.GetOwnerReferences(), after.GetOwnerReferences()) &&
+		slices.Equal(before.GetFinalizers(), after.GetFinalizers())
 }
 
 // catalogEchoes passes a catalog entry's events but its creation, which is the controller's
