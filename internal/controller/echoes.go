@@ -29,6 +29,13 @@ import (
 // nor its finalizers (but for the controller's own, added) is its status or finalizer write
 // coming back. (The Widget watch caches metadata only, without labels and annotations, which
 // the reconcile does not read; a status written by someone else waits for the next event.)
+//
+// The v1 fields that v1alpha1 cannot hold (spec.paused, the exact timeout) live in the
+// conversion-data annotation while v1alpha1 is stored, and still every change to them comes
+// with a new generation: through v1 it is a change of spec to the apiserver, and through
+// v1alpha1 the annotation cannot be changed (admission keeps the stored conversion data on
+// every update through v1alpha1, so an edit of the annotation stores nothing new). Both are
+// TestControllerFollowsStages' checks.
 func widgetEchoes() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool { return !widgetEcho(e.ObjectOld, e.ObjectNew) }}
 }

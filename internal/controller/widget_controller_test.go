@@ -26,6 +26,7 @@ import (
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/api/v1alpha1"
 	"github.com/widgetry/widget-operator/internal/controller"
+	"github.com/widgetry/widget-operator/internal/conversion"
 	"github.com/widgetry/widget-operator/internal/crd"
 	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/testenv"
@@ -458,6 +459,45 @@ func TestControllerFollowsStages(t *testing.T) {
 	op.SetStage(t, crd.StageAddVersion)
 	setSize(t, &v1.Widget{}, 4)
 	expectChildren(t, 4, "widgetry.io/v1alpha1", timeout)
+	// While v1alpha1 is stored, the v1-only fields live in the conversion-data annotation. The
+	// Widget watch drops updates without a new generation (widgetEchoes), so every change to
+	// them must come with one: through v1 it does, and through v1alpha1 the annotation cannot
+	// be changed (admission keeps the stored conversion data).
+	var generation int64
+	testenv.Eventually(t, timeout, "edit the conversion data through v1alpha1", func() error {
+		spoke := &v1alpha1.Widget{}
+		if err := c.Get(ctx, key("stages", "w"), spoke); err != nil {
+			return err
+		}
+		spoke.Annotations = map[string]string{conversion.DataAnnotation: conversion.RestoreData{Paused: ptr.To(true)}.Marshal()}
+		return c.Update(ctx, spoke)
+	})
+	if stored := (&v1alpha1.Widget{}); c.Get(ctx, key("stages", "w"), stored) != nil || stored.Annotations[conversion.DataAnnotation] != "" {
+		t.Errorf("an edit of the conversion data through v1alpha1 was stored: %v", stored.Annotations)
+	} else {
+		generation = stored.Generation
+	}
+	testenv.Eventually(t, timeout, "pause through v1", func() error {
+		hub := &v1.Widget{}
+		if err := c.Get(ctx, key("stages", "w"), hub); err != nil {
+			return err
+		}
+		hub.Spec.Paused = ptr.To(true)
+		return c.Update(ctx, hub)
+	})
+	if stored := (&v1alpha1.Widget{}); c.Get(ctx, key("stages", "w"), stored) != nil || stored.Generation == generation {
+		t.Errorf("spec.paused set through v1 left the generation at %d", generation)
+	}
+	testenv.Eventually(t, timeout, "the Deployment paused", func() error {
+		dep := &appsv1.Deployment{}
+		if err := c.Get(ctx, key("stages", "w"), dep); err != nil {
+			return err
+		}
+		if !dep.Spec.Paused {
+			return errors.New("not paused")
+		}
+		return nil
+	})
 
 	op.SetStage(t, crd.StageFlipStorage)
 	setSize(t, &v1.Widget{}, 5)
