@@ -3,16 +3,16 @@
 package controller_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -26,25 +26,24 @@ import (
 )
 
 // reconciles is the manager's controller_runtime_reconcile_total for the Widget controller,
-// every result summed, read from its /metrics with token.
+// every result summed, read from its /metrics with token (parsed as testenv.APIServerMetrics
+// parses the apiserver's).
 func reconciles(t *testing.T, m *widgetenv.Manager, token string) int {
 	t.Helper()
 	code, body := m.ScrapeMetrics(token)
 	if code != http.StatusOK {
 		t.Fatalf("/metrics: HTTP %d: %.300s", code, body)
 	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("/metrics: %v", err)
+	}
 	total := 0
-	sc := bufio.NewScanner(strings.NewReader(body))
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "controller_runtime_reconcile_total{") || !strings.Contains(line, `controller="`+controller.Name+`"`) {
-			continue
+	for _, metric := range families["controller_runtime_reconcile_total"].GetMetric() {
+		if testenv.Label(metric, "controller") == controller.Name {
+			total += int(metric.GetCounter().GetValue())
 		}
-		n, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			t.Fatalf("/metrics: %q: %v", line, err)
-		}
-		total += int(n)
 	}
 	return total
 }

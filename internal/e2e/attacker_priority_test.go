@@ -39,14 +39,21 @@ func niceAll(nice int) error {
 	return nil
 }
 
-// yieldCPU lowers this process's priority to attackerNice and returns what restores it.
+// yieldCPU lowers this process's priority to attackerNice and returns what restores the nice
+// value it had (a test run under nice keeps its own).
 func (a *attacker) yieldCPU() func() {
 	a.t.Helper()
-	if err := niceAll(attackerNice); err != nil {
+	// The raw system call answers 20 minus the nice value.
+	prio, err := syscall.Getpriority(syscall.PRIO_PROCESS, 0)
+	if err != nil {
+		a.t.Fatalf("reading this process's priority: %v", err)
+	}
+	was := 20 - prio
+	if err := niceAll(max(attackerNice, was)); err != nil {
 		a.t.Fatalf("lowering the attacker's priority: %v", err)
 	}
 	return func() {
-		if err := niceAll(0); err != nil {
+		if err := niceAll(was); err != nil {
 			a.t.Errorf("restoring this process's priority: %v", err)
 		}
 	}
