@@ -29,6 +29,12 @@
 // it was read at, so a write based on a stale read conflicts and is retried instead of putting
 // back an owner reference the garbage collector has just removed.
 //
+// A child, and the catalog entry, is written only when it differs from what the controller
+// would apply (current.go): the controller reads it first, and the hash of the applied object
+// (the widgetry.io/applied-hash annotation) tells a field it stopped applying from one it still
+// applies. A reconcile that changes nothing (the Deployment's status moved, the controller
+// restarted) writes nothing but the Widget's status, if that moved.
+//
 // While the pause marker exists the controller writes nothing but the Paused condition on
 // each Widget it sees, and widget_controller_paused is 1 (the WidgetControllerPaused alert).
 //

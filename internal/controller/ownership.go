@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/util/csaupgrade"
@@ -21,7 +22,7 @@ import (
 
 // childApplyConfiguration is the apply configuration of a Deployment or a Service.
 type childApplyConfiguration[T any] interface {
-	runtime.ApplyConfiguration
+	hasAnnotations[T]
 	GetKind() *string
 	GetAPIVersion() *string
 	WithUID(types.UID) T
@@ -54,6 +55,9 @@ func (e *nameConflictError) Error() string {
 func writeChild[T childApplyConfiguration[T]](ctx context.Context, r *WidgetReconciler, w *v1.Widget, desired T, live client.Object) (created bool, err error) {
 	kind := *desired.GetKind()
 	key := client.ObjectKey{Namespace: w.Namespace, Name: w.Name}
+	if desired, err = stampApplied(desired); err != nil {
+		return false, err
+	}
 	// Its metadata is all the decision needs, and all the cache holds (CacheOptions).
 	found := childMetadata(*desired.GetAPIVersion(), kind)
 	err = r.Client.Get(ctx, key, found)
@@ -81,6 +85,18 @@ func writeChild[T childApplyConfiguration[T]](ctx context.Context, r *WidgetReco
 	}
 	if err := upgradeManagedFields(ctx, r.Client, found); err != nil {
 		return false, fmt.Errorf("move the fields of %s %s/%s to the %s apply: %w", kind, key.Namespace, key.Name, FieldManager, err)
+	}
+	// The whole child, past the cache (which holds its metadata): skipped when it is current,
+	// and then read as the apply would have answered.
+	if err := r.APIReader.Get(ctx, key, live); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Deleted since the read: its deletion event reconciles again.
+			return false, apierrors.NewConflict(schema.GroupResource{Resource: strings.ToLower(kind) + "s"}, key.Name, err)
+		}
+		return false, fmt.Errorf("read %s %s/%s: %w", kind, key.Namespace, key.Name, err)
+	}
+	if ok, err := current(live, desired); err != nil || ok {
+		return false, err
 	}
 	// Applied on condition that the object is still the one read: an apply based on a stale
 	// read (say, one from before the garbage collector removed the owner reference for an

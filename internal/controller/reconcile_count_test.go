@@ -48,6 +48,23 @@ func reconciles(t *testing.T, m *widgetenv.Manager, token string) int {
 	return total
 }
 
+// settledReconciles waits for the reconcile count to hold still for 3 s, and returns it: the
+// echoes of the controller's writes come within moments.
+func settledReconciles(t *testing.T, m *widgetenv.Manager, token string) int {
+	t.Helper()
+	last, still := reconciles(t, m, token), 0
+	for still < 6 {
+		time.Sleep(500 * time.Millisecond)
+		now := reconciles(t, m, token)
+		if now == last {
+			still++
+		} else {
+			last, still = now, 0
+		}
+	}
+	return last
+}
+
 // TestEachCreatedWidgetReconciledOnce (issue #37): a created Widget is reconciled once. Its
 // reconcile writes the finalizer, the catalog entry, the Deployment and the Service (and
 // their fields' hand-over to the apply) and the status; none of those writes' watch events
@@ -93,17 +110,7 @@ func TestEachCreatedWidgetReconciledOnce(t *testing.T) {
 		}
 		return errors.Join(errs...)
 	})
-	// The echoes of those writes come within moments; the count must then hold still.
-	after, still := reconciles(t, m, token), 0
-	for still < 6 {
-		time.Sleep(500 * time.Millisecond)
-		now := reconciles(t, m, token)
-		if now == after {
-			still++
-		} else {
-			after, still = now, 0
-		}
-	}
+	after := settledReconciles(t, m, token)
 	t.Logf("%d Widgets created: %d reconciles", n, after-before)
 	if after-before != n {
 		t.Errorf("%d Widgets created were reconciled %d times; want each once", n, after-before)

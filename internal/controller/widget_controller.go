@@ -283,8 +283,8 @@ func (r *WidgetReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 // Widget does not control has their name.
 func (r *WidgetReconciler) applyChildren(ctx context.Context, obj client.Object, w *v1.Widget, sv storageVersion) (*appsv1.Deployment, []*nameConflictError, error) {
 	ownerAPIVersion := v1.GroupVersion.Group + "/" + sv.name()
-	if err := r.Client.Apply(ctx, desiredCatalogEntry(w, r.CatalogNamespace), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
-		return nil, nil, fmt.Errorf("apply catalog entry %s/%s: %w", r.CatalogNamespace, CatalogEntryName(w.Namespace, w.Name), err)
+	if err := r.applyCatalogEntry(ctx, w); err != nil {
+		return nil, nil, err
 	}
 
 	var conflicts []*nameConflictError
@@ -310,6 +310,36 @@ func (r *WidgetReconciler) applyChildren(ctx context.Context, obj client.Object,
 		return nil, nil, err
 	}
 	return dep, conflicts, nil
+}
+
+// applyCatalogEntry server-side applies the Widget's catalog entry unless it is current.
+func (r *WidgetReconciler) applyCatalogEntry(ctx context.Context, w *v1.Widget) error {
+	key := client.ObjectKey{Namespace: r.CatalogNamespace, Name: CatalogEntryName(w.Namespace, w.Name)}
+	desired, err := stampApplied(desiredCatalogEntry(w, r.CatalogNamespace))
+	if err != nil {
+		return err
+	}
+	// An entry the cache does not hold is created by the apply (the Widget's first reconcile):
+	// no read. One it holds is read past the cache, which keeps of it only the data that names
+	// its Widget.
+	live := &corev1.ConfigMap{}
+	err = r.Client.Get(ctx, key, live)
+	if err == nil {
+		err = r.APIReader.Get(ctx, key, live)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("read catalog entry %s: %w", key, err)
+	default:
+		if ok, err := current(live, desired); err != nil || ok {
+			return err
+		}
+	}
+	if err := r.Client.Apply(ctx, desired, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("apply catalog entry %s: %w", key, err)
+	}
+	return nil
 }
 
 // deleteOwnedService removes the Service of a Widget that no longer has endpoints.
