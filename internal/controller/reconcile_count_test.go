@@ -65,27 +65,35 @@ func settledReconciles(t *testing.T, m *widgetenv.Manager, token string) int {
 	return last
 }
 
-// TestEachCreatedWidgetReconciledOnce (issue #37): a created Widget is reconciled once. Its
-// reconcile writes the finalizer, the catalog entry, the Deployment and the Service (and
-// their fields' hand-over to the apply) and the status; none of those writes' watch events
-// reconciles it again. (No Deployment controller runs here: on a cluster, a Deployment's
-// status changes reconcile its Widget, whose readiness they are.)
-func TestEachCreatedWidgetReconciledOnce(t *testing.T) {
+// startCountedManager starts an apiserver with the CRD at flip-storage, the manager, and a
+// namespace ns; it returns them with a token that may read the manager's /metrics, once that
+// answers.
+func startCountedManager(t *testing.T, ns string) (*testenv.Env, *widgetenv.Manager, string) {
+	t.Helper()
 	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
 	op := widgetenv.Setup(t, env, crd.StageFlipStorage)
 	m := op.StartManager(t, widgetenv.ManagerOptions{})
 	token := widgetenv.ServiceAccountToken(t, env, "prometheus", true)
-	c := env.Client
-	ctx := context.Background()
-	createNamespace(t, c, "fleet")
-	var before int
+	createNamespace(t, env.Client, ns)
 	testenv.Eventually(t, timeout, "the metrics endpoint answers", func() error {
 		if code, body := m.ScrapeMetrics(token); code != http.StatusOK {
 			return fmt.Errorf("HTTP %d: %.200s", code, body)
 		}
 		return nil
 	})
-	before = reconciles(t, m, token)
+	return env, m, token
+}
+
+// TestEachCreatedWidgetReconciledOnce (issue #37): a created Widget is reconciled once. Its
+// reconcile writes the finalizer, the catalog entry, the Deployment and the Service (and
+// their fields' hand-over to the apply) and the status; none of those writes' watch events
+// reconciles it again. (No Deployment controller runs here: on a cluster, a Deployment's
+// status changes reconcile its Widget, whose readiness they are.)
+func TestEachCreatedWidgetReconciledOnce(t *testing.T) {
+	env, m, token := startCountedManager(t, "fleet")
+	c := env.Client
+	ctx := context.Background()
+	before := reconciles(t, m, token)
 
 	const n = 40
 	for i := range n {

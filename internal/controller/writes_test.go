@@ -18,8 +18,6 @@ import (
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
 	"github.com/widgetry/widget-operator/internal/controller"
-	"github.com/widgetry/widget-operator/internal/crd"
-	"github.com/widgetry/widget-operator/internal/scheme"
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
@@ -51,13 +49,9 @@ func childWrites(t *testing.T, env *testenv.Env) map[string]int {
 // port writes the Deployment and the Service once each and not the catalog entry; and a
 // child edited or stripped by someone else is put back with one write.
 func TestWritesOnlyWhatChanged(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{Scheme: scheme.New()})
-	op := widgetenv.Setup(t, env, crd.StageFlipStorage)
-	m := op.StartManager(t, widgetenv.ManagerOptions{})
-	token := widgetenv.ServiceAccountToken(t, env, "prometheus", true)
+	env, m, token := startCountedManager(t, "writes")
 	c := env.Client
 	ctx := context.Background()
-	createNamespace(t, c, "writes")
 	w := &v1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "writes", Name: "w"},
 		Spec: v1.WidgetSpec{Image: "registry.example.com/sample:v1", Size: ptr.To[int32](1),
 			Endpoints: map[string]v1.EndpointSpec{"http": {Port: 8080}, "admin": {Port: 9090}}}}
