@@ -110,17 +110,22 @@ test-conversion: ## Conversion round-trip fuzzing (10,000 objects each way, type
 	go test -run '^$$' -fuzz FuzzCRDImageRule -fuzztime 60s ./internal/webhook/
 
 .PHONY: test-long
-test-long: tools ## Long runs: million-object round trips and the same fuzzing for 5 minutes.
+test-long: tools ## Long runs: million-object round trips, the same fuzzing for 5 minutes, crash-resumed migrations, LISTs of 100,000 Widgets.
 	@# A million objects each way, typed and drawn from the schemas.
 	WIDGET_ROUNDTRIP_ITERATIONS=1000000 go test -count=1 -timeout=4h -run 'RoundTrip' ./internal/conversion/ ./internal/webhook/
 	go test -run '^$$' -fuzz FuzzConvertReview -fuzztime 5m ./internal/webhook/
 	go test -run '^$$' -fuzz FuzzCRDImageRule -fuzztime 5m ./internal/webhook/
 	WIDGET_MIGRATE_CRASH_OBJECTS=10000 WIDGET_MIGRATE_KILLS=5 go test -tags envtest -count=1 -timeout=60m -run 'TestCrashAndResume' -v ./internal/migrate/ | grep -E '^(=== RUN|--- |PASS|FAIL|ok)|crash_test'
+	@# What the apiserver sends the conversion webhook, and what a LIST costs, at 100,000 Widgets
+	@# (published by make reports as the README's bench-list-100k block).
+	@mkdir -p $(BIN)/reports
+	WIDGET_BENCH_WIDGETS=100000 go test -tags envtest -run '^$$' -bench BenchmarkListThroughConversion -benchtime 1x -count 1 -timeout 3h ./internal/webhook/ | $(BENCH_FILTER) | tee $(BIN)/reports/$(LIST_BENCH_100K)
 
 # -cpu of the conversion benchmark: 1 (the algorithm alone) and every core (the handler also
 # splits a large review over them), so that the two gains are reported apart.
 BENCH_CPUS ?= $(shell n=$$(nproc); if [ "$$n" -gt 1 ]; then echo "1,$$n"; else echo 1; fi)
 BENCH_FILTER := grep -E '^(Benchmark|ok|FAIL|---)'
+LIST_BENCH_100K := bench-list-100k.txt
 
 .PHONY: bench
 bench: tools ## Benchmarks, benchstat-friendly, with ratios and targets (long: 10,000-Widget envtest runs); see README "Benchmarks".

@@ -7,12 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -26,21 +23,11 @@ import (
 )
 
 // reconciles is the manager's controller_runtime_reconcile_total for the Widget controller,
-// every result summed, read from its /metrics with token (parsed as testenv.APIServerMetrics
-// parses the apiserver's).
+// every result summed, read from its /metrics with token.
 func reconciles(t *testing.T, m *widgetenv.Manager, token string) int {
 	t.Helper()
-	code, body := m.ScrapeMetrics(token)
-	if code != http.StatusOK {
-		t.Fatalf("/metrics: HTTP %d: %.300s", code, body)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
-	if err != nil {
-		t.Fatalf("/metrics: %v", err)
-	}
 	total := 0
-	for _, metric := range families["controller_runtime_reconcile_total"].GetMetric() {
+	for _, metric := range m.MetricFamilies(t, token)["controller_runtime_reconcile_total"].GetMetric() {
 		if testenv.Label(metric, "controller") == controller.Name {
 			total += int(metric.GetCounter().GetValue())
 		}

@@ -255,17 +255,25 @@ func webhooks() dashboardSpec {
 		rows: []row{{
 			title: "Traffic",
 			panels: []panel{{
-				kind: kindTimeseries, title: "Conversion requests by version pair", unit: units.RequestsPerSecond, min: zero(), w: 8, h: 8,
+				kind: kindTimeseries, title: "Conversion requests by version pair", unit: units.RequestsPerSecond, min: zero(), w: 6, h: 8,
 				desc:    "ConversionReview requests per second answered by the manager, by source version, desired version and result (success, failure: refused, error: malformed).",
 				steps:   []step{base(green)},
 				queries: []query{{expr: `sum by (from_version, to_version, result) (rate(widget_conversion_requests_total{` + mgr + `}[` + rateWindow + `]))`, legend: "{{from_version}} → {{to_version}} {{result}}"}},
 			}, {
-				kind: kindTimeseries, title: "Objects converted", unit: units.OpsPerSecond, min: zero(), w: 8, h: 8,
-				desc:    "Widgets converted per second (a LIST converts many objects in one request).",
+				kind: kindTimeseries, title: "Objects converted", unit: units.OpsPerSecond, min: zero(), w: 6, h: 8,
+				desc:    "Widgets converted per second. The apiserver converts one object at a time as it decodes it from etcd: each write through a version that is not stored, each served version's watch cache, and after a change to the CRD's spec one review per Widget while those caches are rebuilt (a burst that ends by itself). A LIST served from the caches converts nothing.",
 				steps:   []step{base(green)},
 				queries: []query{{expr: `sum by (from_version, to_version) (rate(widget_conversion_objects_total{` + mgr + `}[` + rateWindow + `]))`, legend: "{{from_version}} → {{to_version}}"}},
 			}, {
-				kind: kindTimeseries, title: "Admission calls by webhook and code (apiserver)", unit: units.RequestsPerSecond, min: zero(), w: 8, h: 8,
+				kind: kindTimeseries, title: "Objects per ConversionReview", unit: units.Short, min: zero(), w: 6, h: 8,
+				desc:  "The most objects one review held, and the mean (widget_conversion_review_objects). The apiserver sends one; more come from a client that sends its own reviews. The body limit and the in-flight budget bound what any review can hold.",
+				steps: []step{base(green)},
+				queries: []query{
+					{expr: `histogram_quantile(1, sum by (le) (rate(widget_conversion_review_objects_bucket{` + mgr + `}[` + rateWindow + `])))`, legend: "largest (bucket bound)"},
+					{expr: `sum(rate(widget_conversion_review_objects_sum{` + mgr + `}[` + rateWindow + `])) / sum(rate(widget_conversion_review_objects_count{` + mgr + `}[` + rateWindow + `]))`, legend: "mean"},
+				},
+			}, {
+				kind: kindTimeseries, title: "Admission calls by webhook and code (apiserver)", unit: units.RequestsPerSecond, min: zero(), w: 6, h: 8,
 				desc:    "The apiserver's calls to the defaulting (" + MutatingWebhookName + ", UPDATE only) and validating (" + ValidatingWebhookName + ") webhooks per second, by the code it recorded: 200 allowed, 4xx denied by validation (normal), 5xx or 0 an error (the mutating webhook's write was refused, failurePolicy Fail; the validating webhook's admitted without it, failurePolicy Ignore).",
 				steps:   []step{base(green)},
 				queries: []query{{expr: `sum by (name, code) (rate(apiserver_admission_webhook_request_total{` + apiAdmission + `}[` + rateWindow + `]))`, legend: "{{name}} {{code}}"}},

@@ -102,6 +102,7 @@ func syntheticData(now time.Time) []synthetic {
 		data = append(data, histogram("controller_runtime_reconcile_time_seconds", withLabels(m, "controller", "widget"), leader*5, les, shares)...)
 		data = append(data, histogram("workqueue_queue_duration_seconds", withLabels(m, "name", "widget", "controller", "widget"), leader*5, les, shares)...)
 		data = append(data, histogram("widget_conversion_duration_seconds", withLabels(m, "from_version", "v1alpha1", "to_version", "v1"), 2, les, shares)...)
+		data = append(data, histogram("widget_conversion_review_objects", m, 2, les, shares)...)
 		for _, path := range []string{"/convert", "/mutate-widgetry-io-widget", "/validate-widgetry-io-widget"} {
 			data = append(data, synthetic{"controller_runtime_webhook_requests_total", withLabels(m, "webhook", path, "code", "200"), perSecond(1)})
 			data = append(data, histogram("controller_runtime_webhook_latency_seconds", withLabels(m, "webhook", path), 1, les, shares)...)

@@ -160,9 +160,15 @@ const PeakHeapPerBody = 2.5
 // bin/bench-list.txt and bin/reports/bench-list.txt).
 const ListBenchFile = "bench-list.txt"
 
+// ListBench100kFile is the same benchmark at 100,000 Widgets, one run (make test-long writes
+// bin/reports/bench-list-100k.txt).
+const ListBench100kFile = "bench-list-100k.txt"
+
 // ListTable renders BenchmarkListThroughConversion's results: per LIST shape, the mean time
-// of a whole LIST through v1alpha1 (every object converted) and through v1 (none), and their
-// ratio against its target of 1.1.
+// of a whole LIST through v1alpha1 and through v1, the stored version, their
+// ratio against its target of 1.1, and the ConversionReviews the webhook received per LIST;
+// then what it received for a create through each version and for a rebuild of the CRD's
+// watch caches.
 func ListTable(results []BenchResult) (string, error) {
 	type row struct{ v1alpha1, v1 BenchResult }
 	var shapes []string
@@ -194,18 +200,54 @@ func ListTable(results []BenchResult) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	reviewsOf := func(what string, r BenchResult) (float64, error) {
+		v, ok := r.Metrics["reviews/op"]
+		if !ok {
+			return 0, fmt.Errorf("%s: no reviews/op in the results (a run from before the webhook's review-size metrics)", what)
+		}
+		return v, nil
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%.0f Widgets stored as v1; one op is a whole LIST, every page read.\n\n", widgets)
-	b.WriteString("| LIST | through v1alpha1 (converted) | through v1 (no conversion) | v1alpha1/v1 (target ≤ 1.1) | runs |\n| --- | ---: | ---: | ---: | ---: |\n")
+	fmt.Fprintf(&b, "%.0f Widgets stored as v1; one op is a whole LIST, every page read. Reviews: the ConversionReviews the webhook received during the LISTs through v1alpha1, per LIST, from its own metrics.\n\n", widgets)
+	b.WriteString("| LIST | through v1alpha1 | through v1 (stored) | v1alpha1/v1 (target ≤ 1.1) | reviews per LIST | runs |\n| --- | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, shape := range shapes {
+		if shape == "create" || shape == "rebuild" {
+			continue
+		}
 		r := rows[shape]
 		if r.v1alpha1.Runs == 0 || r.v1.Runs == 0 {
 			return "", fmt.Errorf("%s: a version's results are missing", shape)
 		}
+		reviews, err := reviewsOf(shape, r.v1alpha1)
+		if err != nil {
+			return "", err
+		}
 		ratio := r.v1alpha1.Metrics["ns/op"] / r.v1.Metrics["ns/op"]
 		cell := metTarget(ratio <= 1.1, fmt.Sprintf("%.2f", ratio))
-		fmt.Fprintf(&b, "| %s | %.2f s | %.2f s | %s | %d |\n", shape, r.v1alpha1.Metrics["ns/op"]/1e9, r.v1.Metrics["ns/op"]/1e9, cell, r.v1alpha1.Runs)
+		fmt.Fprintf(&b, "| %s | %.2f s | %.2f s | %s | %.0f | %d |\n", shape, r.v1alpha1.Metrics["ns/op"]/1e9, r.v1.Metrics["ns/op"]/1e9, cell, reviews, r.v1alpha1.Runs)
 	}
+	create, rebuild := rows["create"], rows["rebuild"]
+	if create == nil || rebuild == nil || create.v1alpha1.Runs == 0 || create.v1.Runs == 0 || rebuild.v1alpha1.Runs == 0 {
+		return "", fmt.Errorf("the create and rebuild results are missing (a run from before they were measured)")
+	}
+	b.WriteString("\n| what the webhook received, besides LISTs | reviews | objects per review (largest ≤) | runs |\n| --- | ---: | ---: | ---: |\n")
+	for _, c := range []struct {
+		what string
+		r    BenchResult
+	}{{"a create through v1alpha1", create.v1alpha1}, {"a create through v1", create.v1}} {
+		reviews, err := reviewsOf("create", c.r)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "| %s | %.1f | %.0f (≤ %.0f) | %d |\n", c.what, reviews, c.r.Metrics["objects/review"], c.r.Metrics["max-review-objects-le"], c.r.Runs)
+	}
+	reviews, err := reviewsOf("rebuild", rebuild.v1alpha1)
+	if err != nil {
+		return "", err
+	}
+	m := rebuild.v1alpha1.Metrics
+	fmt.Fprintf(&b, "| the CRD's spec changed: its watch caches rebuilt (%.1f s to the last review; meanwhile a LIST is answered 429, %.1f times per change here) | %.0f | %.0f (≤ %.0f) | %d |\n",
+		m["rebuild-s"], m["429/op"], reviews, m["objects/review"], m["max-review-objects-le"], rebuild.v1alpha1.Runs)
 	return b.String(), nil
 }
 

@@ -75,6 +75,7 @@ var renderers = map[string]func(root string) (string, error){
 		return m.HungText()
 	},
 	"bench-list":       benchBlock(ListBenchFile, ListTable),
+	"bench-list-100k":  benchBlock(ListBench100kFile, ListTable),
 	"bench-conversion": benchBlock(ConversionBenchFile, ConversionTable),
 	"bench-manager":    benchBlock(ManagerBenchFile, ManagerTable),
 	"bench-migrate":    benchBlock(MigrateBenchFile, MigrateTable),
@@ -164,7 +165,7 @@ func UpdateREADMEs(root string) error {
 // runs wrote), and returns the names it copied.
 func Collect(root, from string) ([]string, error) {
 	var copied []string
-	for _, name := range []string{ProofFile, strings.TrimSuffix(ProofFile, ".json") + ".txt", ConversionBenchFile, ListBenchFile, ManagerBenchFile, MigrateBenchFile, OutageFile, TestTimesFile, ToolchainFile} {
+	for _, name := range []string{ProofFile, strings.TrimSuffix(ProofFile, ".json") + ".txt", ConversionBenchFile, ListBenchFile, ListBench100kFile, ManagerBenchFile, MigrateBenchFile, OutageFile, TestTimesFile, ToolchainFile} {
 		b, err := os.ReadFile(filepath.Join(from, name))
 		if os.IsNotExist(err) {
 			continue

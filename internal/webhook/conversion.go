@@ -120,6 +120,7 @@ func (h *ConversionHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	to := versionLabel(review.desired)
 	from, convErr := c.result()
+	h.Metrics.review(c.count, len(body))
 	result := resultSuccess
 	if convErr != nil {
 		result = resultFailure

@@ -35,9 +35,13 @@ type ConversionMetrics struct {
 	requests  *prometheus.CounterVec
 	converted *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
-	failures  *prometheus.CounterVec
-	degraded  *prometheus.CounterVec
-	panics    prometheus.Counter
+	// reviewObjects and reviewBytes say what the apiserver sends: how many objects, and how
+	// many bytes, one ConversionReview carries (a LIST page, a whole LIST, a watch event).
+	reviewObjects prometheus.Histogram
+	reviewBytes   prometheus.Histogram
+	failures      *prometheus.CounterVec
+	degraded      *prometheus.CounterVec
+	panics        prometheus.Counter
 }
 
 // NewConversionMetrics creates the metrics and registers them with reg (for the manager:
@@ -57,6 +61,16 @@ func NewConversionMetrics(reg prometheus.Registerer) (*ConversionMetrics, error)
 			Help:    "Time to answer one ConversionReview, from reading the body to encoding the response.",
 			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
 		}, []string{"from_version", "to_version"}),
+		reviewObjects: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "widget_conversion_review_objects",
+			Help:    "Objects in one ConversionReview that parsed (all of them, or those read before a failed one stopped the reading): 1 for a single object, up to a whole LIST page.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 10), // 1 … 262144
+		}),
+		reviewBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "widget_conversion_review_bytes",
+			Help:    "Body size of one ConversionReview that parsed, in bytes, whatever its result; a body over the limit is refused before it is read and counted in widget_conversion_failures_total{reason=\"BodyTooLarge\"} instead.",
+			Buckets: prometheus.ExponentialBuckets(1024, 4, 10), // 1 KiB … 256 MiB
+		}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "widget_conversion_failures_total",
 			Help: "ConversionReview requests that did not succeed, by reason.",
@@ -70,7 +84,7 @@ func NewConversionMetrics(reg prometheus.Registerer) (*ConversionMetrics, error)
 			Help: "Panics recovered while converting (a bug): each failed its review, and the server went on.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.converted, m.duration, m.failures, m.degraded, m.panics} {
+	for _, c := range []prometheus.Collector{m.requests, m.converted, m.duration, m.reviewObjects, m.reviewBytes, m.failures, m.degraded, m.panics} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -91,6 +105,15 @@ func (m *ConversionMetrics) request(from, to, result string, d time.Duration) {
 	}
 	m.requests.WithLabelValues(from, to, result).Inc()
 	m.duration.WithLabelValues(from, to).Observe(d.Seconds())
+}
+
+// review records the size of a review that parsed: its objects and its body's bytes.
+func (m *ConversionMetrics) review(objects, bytes int) {
+	if m == nil {
+		return
+	}
+	m.reviewObjects.Observe(float64(objects))
+	m.reviewBytes.Observe(float64(bytes))
 }
 
 func (m *ConversionMetrics) objects(from, to string, n int) {

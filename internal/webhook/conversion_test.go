@@ -532,3 +532,49 @@ func TestUndecodableDataDegradesOneObjectOnly(t *testing.T) {
 		t.Fatalf("widget_conversion_failures_total{reason=%s} = %v, want 0: nothing failed", reasonInvalidData, got)
 	}
 }
+
+// TestReviewSizeMetrics: each review that parses records its objects and its body's bytes,
+// a failed one too; one that does not parse records neither.
+func TestReviewSizeMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewConversionMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &ConversionHandler{Metrics: m}
+	objs := make([]any, 300)
+	for i := range objs {
+		objs[i] = conversiontest.RealisticWidget("ns", i)
+	}
+	list := reviewBody(t, "u", "widgetry.io/v1", objs...)
+	single := reviewBody(t, "u", "widgetry.io/v1", objs[0])
+	refused := reviewBody(t, "u", "widgetry.io/v3", objs[0], objs[1])
+	for _, body := range [][]byte{list, single, refused, []byte(`{"not":`)} {
+		post(t, h, body)
+	}
+	count, sum := histogramOf(t, reg, "widget_conversion_review_objects")
+	if count != 3 || sum != 301 {
+		t.Errorf("widget_conversion_review_objects: %d reviews, %v objects; want 3 and 301 (300, 1, and none of the refused review: its unsupported desired version stops the reading)", count, sum)
+	}
+	count, sum = histogramOf(t, reg, "widget_conversion_review_bytes")
+	if want := len(list) + len(single) + len(refused); count != 3 || int(sum) != want {
+		t.Errorf("widget_conversion_review_bytes: %d reviews, %v bytes; want 3 and %d", count, sum, want)
+	}
+}
+
+// histogramOf is the sample count and sum of the unlabelled histogram name in reg.
+func histogramOf(t *testing.T, reg *prometheus.Registry, name string) (uint64, float64) {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			h := f.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	t.Fatalf("%s not registered", name)
+	return 0, 0
+}

@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -379,6 +382,22 @@ func Binary(t testing.TB, name string) string {
 	}
 	built[name] = path
 	return path
+}
+
+// MetricFamilies scrapes the manager's /metrics with token and parses them, as
+// testenv.APIServerMetrics parses the apiserver's; anything but 200 fails the test.
+func (m *Manager) MetricFamilies(t testing.TB, token string) map[string]*dto.MetricFamily {
+	t.Helper()
+	code, body := m.ScrapeMetrics(token)
+	if code != http.StatusOK {
+		t.Fatalf("widgetenv: the manager's /metrics: HTTP %d: %.300s", code, body)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("widgetenv: parse the manager's /metrics: %v", err)
+	}
+	return families
 }
 
 // ScrapeMetrics GETs the manager's /metrics with token ("" for none) and returns the status

@@ -32,7 +32,14 @@ import (
 // opts.CRDs and opts.Scheme are set by this function.
 func StartWithConversionWebhook(tb testing.TB, storage string, opts testenv.Options) *testenv.Env {
 	tb.Helper()
-	opts.CRDs = []*apiextensionsv1.CustomResourceDefinition{WidgetCRD(tb, storage)}
+	return StartWithConversionHandler(tb, storage, &webhook.ConversionHandler{}, opts)
+}
+
+// StartWithConversionHandler is StartWithConversionWebhook with the handler h (say, one with
+// metrics).
+func StartWithConversionHandler(tb testing.TB, storage string, h *webhook.ConversionHandler, opts testenv.Options) *testenv.Env {
+	tb.Helper()
+	opts.CRDs = []*apiextensionsv1.CustomResourceDefinition{widgetCRDServedBy(tb, storage, h)}
 	opts.Scheme = scheme.New()
 	return testenv.Start(tb, opts)
 }
@@ -41,7 +48,12 @@ func StartWithConversionWebhook(tb testing.TB, storage string, opts testenv.Opti
 // served by a new test server.
 func WidgetCRD(tb testing.TB, storage string) *apiextensionsv1.CustomResourceDefinition {
 	tb.Helper()
-	url, ca := testcerts.Serve(tb, &webhook.ConversionHandler{})
+	return widgetCRDServedBy(tb, storage, &webhook.ConversionHandler{})
+}
+
+func widgetCRDServedBy(tb testing.TB, storage string, h *webhook.ConversionHandler) *apiextensionsv1.CustomResourceDefinition {
+	tb.Helper()
+	url, ca := testcerts.Serve(tb, h)
 	c := crd.WithWebhookConversion(crd.Widget(), apiextensionsv1.WebhookClientConfig{URL: ptr.To(url + "/convert"), CABundle: ca.PEM})
 	if err := crd.SetStorageVersion(c, storage); err != nil {
 		tb.Fatal(err)
