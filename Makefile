@@ -110,7 +110,7 @@ test-conversion: ## Conversion round-trip fuzzing (10,000 objects each way, type
 	go test -run '^$$' -fuzz FuzzCRDImageRule -fuzztime 60s ./internal/webhook/
 
 .PHONY: test-long
-test-long: tools ## Long runs: million-object round trips, the same fuzzing for 5 minutes, crash-resumed migrations, LISTs of 100,000 Widgets.
+test-long: tools ## Long runs: million-object round trips, the same fuzzing for 5 minutes, crash-resumed migrations, LISTs of 100,000 Widgets, the controller taking over 100,000.
 	@# A million objects each way, typed and drawn from the schemas.
 	WIDGET_ROUNDTRIP_ITERATIONS=1000000 go test -count=1 -timeout=4h -run 'RoundTrip' ./internal/conversion/ ./internal/webhook/
 	go test -run '^$$' -fuzz FuzzConvertReview -fuzztime 5m ./internal/webhook/
@@ -120,6 +120,9 @@ test-long: tools ## Long runs: million-object round trips, the same fuzzing for 
 	@# (published by make reports as the README's bench-list-100k block).
 	@mkdir -p $(BIN)/reports
 	WIDGET_BENCH_WIDGETS=100000 go test -tags envtest -run '^$$' -bench BenchmarkListThroughConversion -benchtime 1x -count 1 -timeout 3h ./internal/webhook/ | $(BENCH_FILTER) | tee $(BIN)/reports/$(LIST_BENCH_100K)
+	@# The controller plane taking over 100,000 Widgets with their children: its memory, time and
+	@# writes (published by make reports as the README's bench-restart block, beside 10,000).
+	WIDGET_BENCH_WIDGETS=100000 go test -tags envtest -run '^$$' -bench BenchmarkControllerRestartAtScale -benchtime 1x -count 1 -timeout 4h ./internal/manager/ | $(BENCH_FILTER) | tee $(BIN)/reports/bench-restart-100k.txt
 
 # -cpu of the conversion benchmark: 1 (the algorithm alone) and every core (the handler also
 # splits a large review over them), so that the two gains are reported apart.
@@ -136,6 +139,7 @@ bench: tools ## Benchmarks, benchstat-friendly, with ratios and targets (long: 1
 	scripts/bench-ratios.sh $(BIN)/bench-list.txt
 	go test -tags envtest -run '^$$' -bench BenchmarkManagerAtScale -benchtime 1x -count 1 -timeout 90m ./internal/manager/ | tee $(BIN)/bench-manager.txt $(BIN)/reports/bench-manager.txt | $(BENCH_FILTER)
 	scripts/bench-ratios.sh $(BIN)/bench-manager.txt
+	go test -tags envtest -run '^$$' -bench BenchmarkControllerRestartAtScale -benchtime 1x -count 1 -timeout 90m ./internal/manager/ | $(BENCH_FILTER) | tee $(BIN)/reports/bench-restart.txt
 	go test -tags envtest -run '^$$' -bench BenchmarkReencode -benchtime 1x -count 3 -timeout 180m ./internal/migrate/ | tee $(BIN)/bench-migrate.txt $(BIN)/reports/bench-migrate.txt | $(BENCH_FILTER)
 	scripts/migrate-bench-ratios.sh $(BIN)/bench-migrate.txt
 

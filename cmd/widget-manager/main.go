@@ -25,6 +25,7 @@ func main() {
 	fs.StringVar(&opts.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "The manager's namespace: catalog entries and the leader-election Lease (default $POD_NAMESPACE).")
 	fs.StringVar(&opts.Components, "components", opts.Components, "What this process runs: all (webhooks and controller), webhooks, or controller (the chart runs them in two containers, so that a killed controller leaves the webhooks serving).")
 	fs.StringVar(&opts.ControllerMetricsSocket, "controller-metrics-socket", "", "Unix socket of the controller's metrics: served there with --components=controller, re-exported on the metrics endpoint (labelled process=\"controller\") with --components=webhooks.")
+	fs.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", opts.MaxConcurrentReconciles, "Widgets the controller reconciles at once (never one Widget twice at once): a restart reads every Widget and child once, mostly waiting on the apiserver.")
 	fs.IntVar(&opts.WebhookPort, "webhook-port", opts.WebhookPort, "Port of the HTTPS webhook server (/convert, /mutate-…, /validate-…).")
 	fs.StringVar(&opts.WebhookConfigurationName, "webhook-configuration-name", "", "Name of the Mutating and ValidatingWebhookConfiguration whose caBundles, with the CRD's, the serving certificate must verify against for the replica to be Ready (empty: the CRD's only).")
 	fs.BoolVar(&opts.HoldUntrustedCertificates, "hold-untrusted-certificates", opts.HoldUntrustedCertificates, "Serve a renewed certificate only once the caBundles the apiserver verifies with trust it (the current one is served meanwhile); false serves it the moment it is read.")
@@ -67,6 +68,10 @@ func main() {
 	if *showVersion {
 		fmt.Println("widget-manager", version.String())
 		return
+	}
+	if opts.MaxConcurrentReconciles < 1 {
+		fmt.Fprintf(os.Stderr, "widget-manager: --max-concurrent-reconciles=%d: must be at least 1\n", opts.MaxConcurrentReconciles)
+		os.Exit(2)
 	}
 	opts.MemoryLimit = memlimit.Apply(*memoryRatio)
 	gcExplicit := false

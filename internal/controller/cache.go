@@ -1,6 +1,11 @@
 package controller
 
 import (
+	"maps"
+	"slices"
+	"time"
+	"unique"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -8,8 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -29,8 +36,11 @@ import (
 //     labels). The controller reads their owner references, UID and resourceVersion to decide
 //     and condition its writes, and whether their managedFields need an upgrade (TrimChild);
 //     what it knows of their spec and status comes from the answer to its own apply.
-//   - Catalog entries and the pause marker: ConfigMaps of its namespace with its label, with
-//     only the data that names the Widget (TrimCatalogEntry).
+//   - Catalog entries and the pause marker: ConfigMaps of its namespace with its label,
+//     without their data: an entry's name names its Widget (TrimCatalogEntry).
+//
+// What every cached object repeats is shared (compactMeta), and the fleet's informers keep no
+// namespace index (fleetInformer).
 //   - The Widget CRD, by name, for the storage version.
 //
 // A typed Get of a Deployment or a Service through the cached client would start a second,
@@ -43,6 +53,7 @@ func CacheOptions(catalogNamespace string) cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{ManagedByLabel: ManagedByValue})
 	child := cache.ByObject{Label: managed, Transform: TrimChild()}
 	return cache.Options{
+		NewInformer: fleetInformer,
 		// Every type without an entry below: the Widgets.
 		DefaultTransform: TrimWatchedWidget(),
 		ByObject: map[client.Object]cache.ByObject{
@@ -59,6 +70,21 @@ func CacheOptions(catalogNamespace string) cache.Options {
 			},
 		},
 	}
+}
+
+// fleetInformer is controller-runtime's informer, without the namespace index for the
+// informers that hold an object per Widget (metadata-only Widgets, Deployments and Services;
+// catalog entries). The controller never lists them from the cache: it reads each by name.
+// The index is a set entry and a key per object, about a twelfth of the cache; a List of
+// them with client.InNamespace through the cache fails ("index with name namespace does
+// not exist"), and lists of every namespace still work.
+func fleetInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+	switch obj.(type) {
+	case *metav1.PartialObjectMetadata, *corev1.ConfigMap:
+		indexers = maps.Clone(indexers)
+		delete(indexers, toolscache.NamespaceIndex)
+	}
+	return toolscache.NewSharedIndexInformer(lw, obj, resync, indexers)
 }
 
 // widgetMetadata is the object of the controller's Widget watch for a version: metadata only.
@@ -78,7 +104,8 @@ func childMetadata(apiVersion, kind string) *metav1.PartialObjectMetadata {
 
 // TrimWatchedWidget drops what the Widget watch never reads: labels, annotations (a
 // last-applied-configuration or the conversion-data annotation can be the largest part of a
-// Widget's metadata) and managedFields. A change to any of them still sends an event.
+// Widget's metadata), managedFields and the UID (the reconcile reads the Widget itself past
+// the cache). A change to any of them still sends an event.
 func TrimWatchedWidget() toolscache.TransformFunc {
 	return func(in any) (any, error) {
 		obj, err := meta.Accessor(in)
@@ -88,6 +115,11 @@ func TrimWatchedWidget() toolscache.TransformFunc {
 		dropLabelsAndAnnotations(obj)
 		if obj.GetManagedFields() != nil {
 			obj.SetManagedFields(nil)
+		}
+		compactMeta(obj)
+		obj.SetUID("") // nothing reads it: reconciles read the Widget past the cache
+		if f := obj.GetFinalizers(); slices.Equal(f, widgetFinalizers) {
+			obj.SetFinalizers(widgetFinalizers)
 		}
 		return in, nil
 	}
@@ -105,29 +137,81 @@ func dropLabelsAndAnnotations(obj metav1.Object) {
 	}
 }
 
-// TrimCatalogEntry keeps of a cached ConfigMap what the controller reads: its labels (the
-// catalog label), the data that names an entry's Widget (catalogEntryToWidget) and, for the
-// pause marker, that it exists. A change to what is dropped still sends an event, and the
-// reconcile that follows applies the whole entry again.
+// TrimCatalogEntry keeps of a cached ConfigMap what the controller reads: whether it carries
+// the catalog label (the watch's predicate) and, for the pause marker, that it exists. An
+// entry's Widget is read back from its name (catalogEntryWidget); only an entry whose name is
+// a hash (a namespace and name too long to spell out) keeps the data that names its Widget.
+// A change to what is dropped still sends an event, and the reconcile that follows applies
+// the whole entry again.
+//
+// Every catalog entry of the cache shares one labels map: with 100,000 Widgets a map of its
+// own, and the data's, were about a tenth of the controller's heap. Cached objects are read
+// only (the cache hands out deep copies; the event handlers do not write).
 func TrimCatalogEntry() toolscache.TransformFunc {
 	return func(in any) (any, error) {
 		cm, ok := in.(*corev1.ConfigMap)
 		if !ok {
 			return in, nil // a tombstone: cached as it is
 		}
-		cm.ManagedFields, cm.Annotations, cm.BinaryData = nil, nil, nil
-		if len(cm.Data) > 0 {
-			kept := map[string]string{}
-			for _, k := range []string{"namespace", "name"} {
-				if v, ok := cm.Data[k]; ok {
-					kept[k] = v
-				}
-			}
-			cm.Data = kept
+		compactMeta(cm)
+		cm.UID, cm.ManagedFields, cm.Annotations, cm.BinaryData = "", nil, nil, nil
+		if cm.Labels[CatalogLabel] == "true" {
+			cm.Labels = catalogLabels
+		} else {
+			cm.Labels = nil
+		}
+		_, _, spelled := parseCatalogEntryName(cm.Name)
+		if namespace, name := cm.Data["namespace"], cm.Data["name"]; spelled || namespace == "" || name == "" {
+			cm.Data = nil
+		} else {
+			cm.Data = map[string]string{"namespace": namespace, "name": name}
 		}
 		return in, nil
 	}
 }
+
+// catalogLabels is what the cache keeps of a catalog entry's labels, one map for all.
+var catalogLabels = map[string]string{CatalogLabel: "true"}
+
+// compactMeta shrinks what every cached object of the fleet repeats: its namespace, and its
+// owner references' API version, kind and flags, become one shared copy each; an owner
+// reference's name shares the object's own when they are equal (a child has its Widget's
+// name). A few dozen bytes an object, four objects a Widget.
+func compactMeta(obj metav1.Object) {
+	if ns := obj.GetNamespace(); ns != "" {
+		obj.SetNamespace(unique.Make(ns).Value())
+	}
+	refs := obj.GetOwnerReferences()
+	for i := range refs {
+		r := &refs[i]
+		r.APIVersion, r.Kind = unique.Make(r.APIVersion).Value(), unique.Make(r.Kind).Value()
+		if r.Name == obj.GetName() {
+			r.Name = obj.GetName()
+		}
+		r.Controller, r.BlockOwnerDeletion = sharedBool(r.Controller), sharedBool(r.BlockOwnerDeletion)
+	}
+}
+
+var (
+	sharedTrue  = ptr.To(true)
+	sharedFalse = ptr.To(false)
+)
+
+// sharedBool is b as one of two shared pointers.
+func sharedBool(b *bool) *bool {
+	switch {
+	case b == nil:
+		return nil
+	case *b:
+		return sharedTrue
+	default:
+		return sharedFalse
+	}
+}
+
+// widgetFinalizers is what the cache keeps of a Widget's finalizers when they are the
+// controller's alone, one slice for all.
+var widgetFinalizers = []string{Finalizer}
 
 // TrimChild drops from a cached child its labels and annotations, which the controller never
 // reads from the cache, and its managedFields — often the largest part of its metadata. The
@@ -145,6 +229,7 @@ func TrimChild() toolscache.TransformFunc {
 			return in, nil //nolint:nilerr // not an object (a tombstone): cached as it is
 		}
 		dropLabelsAndAnnotations(obj)
+		compactMeta(obj)
 		switch {
 		case obj.GetManagedFields() == nil:
 		case needsUpgrade(obj):

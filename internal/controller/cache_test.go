@@ -2,7 +2,10 @@ package controller
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
+	"unsafe"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -64,8 +67,8 @@ func TestTrimChild(t *testing.T) {
 }
 
 // TestTrimWatchedWidget: the Widget watch keeps what identifies the Widget and its state
-// (name, UID, resourceVersion, generation, finalizers, deletion) and drops labels,
-// annotations and managedFields.
+// (name, resourceVersion, generation, finalizers, deletion) and drops labels, annotations,
+// managedFields and the UID.
 func TestTrimWatchedWidget(t *testing.T) {
 	now := metav1.Now()
 	in := widgetMetadata("v1")
@@ -74,7 +77,7 @@ func TestTrimWatchedWidget(t *testing.T) {
 		Annotations:   map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{…}", "widgetry.io/conversion-data": "{…}"},
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: FieldManager, Operation: metav1.ManagedFieldsOperationUpdate}}}
 	want := in.DeepCopy()
-	want.Labels, want.Annotations, want.ManagedFields = nil, nil, nil
+	want.Labels, want.Annotations, want.ManagedFields, want.UID = nil, nil, nil, ""
 
 	out, err := TrimWatchedWidget()(in)
 	if err != nil {
@@ -88,31 +91,109 @@ func TestTrimWatchedWidget(t *testing.T) {
 	}
 }
 
-// TestTrimCatalogEntry: a catalog entry keeps its labels and the data that names its Widget,
-// which is all catalogEntryToWidget and the watch's predicate read.
+// TestTrimCatalogEntry: a catalog entry keeps the shared catalog labels, and data only when
+// its name is a hash: its Widget is read back from its name or that data, which is all
+// catalogEntryToWidget and the watch's predicate read.
 func TestTrimCatalogEntry(t *testing.T) {
-	w := &v1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w", UID: "u"}, Spec: v1.WidgetSpec{Image: "i", Size: ptr.To[int32](2)}}
-	cm := &corev1.ConfigMap{}
-	if err := decodeInto(desiredCatalogEntry(w, "op"), cm); err != nil {
-		t.Fatal(err)
+	long := strings.Repeat("n", 250)
+	for _, tc := range []struct {
+		namespace, name string
+		wantData        map[string]string
+	}{
+		{"ns", "w.with.dots", nil},
+		{"ns", long, map[string]string{"namespace": "ns", "name": long}},
+	} {
+		w := &v1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: tc.namespace, Name: tc.name, UID: "u"}, Spec: v1.WidgetSpec{Image: "i", Size: ptr.To[int32](2)}}
+		cm := &corev1.ConfigMap{}
+		if err := decodeInto(desiredCatalogEntry(w, "op"), cm); err != nil {
+			t.Fatal(err)
+		}
+		cm.Annotations = map[string]string{"a": "b"}
+		cm.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: FieldManager, Operation: metav1.ManagedFieldsOperationApply}}
+		out, err := TrimCatalogEntry()(cm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := out.(*corev1.ConfigMap)
+		if !equality.Semantic.DeepEqual(got.Data, tc.wantData) {
+			t.Errorf("%s: data %v, want %v", cm.Name, got.Data, tc.wantData)
+		}
+		if got.Labels[CatalogLabel] != "true" || len(got.Labels) != 1 || got.Annotations != nil || got.ManagedFields != nil {
+			t.Errorf("%s: labels %v, annotations %v, managedFields %v after the transform", cm.Name, got.Labels, got.Annotations, got.ManagedFields)
+		}
+		if reqs := catalogEntryToWidget(context.Background(), got); len(reqs) != 1 || reqs[0].Namespace != tc.namespace || reqs[0].Name != tc.name {
+			t.Errorf("%s: the trimmed entry maps to %v, want %s/%s", cm.Name, reqs, tc.namespace, tc.name)
+		}
 	}
-	cm.Annotations = map[string]string{"a": "b"}
-	cm.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: FieldManager, Operation: metav1.ManagedFieldsOperationApply}}
-	out, err := TrimCatalogEntry()(cm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := out.(*corev1.ConfigMap)
-	if want := map[string]string{"namespace": "ns", "name": "w"}; !equality.Semantic.DeepEqual(got.Data, want) {
-		t.Errorf("data %v, want %v", got.Data, want)
-	}
-	if got.Labels[CatalogLabel] != "true" || got.Annotations != nil || got.ManagedFields != nil {
-		t.Errorf("labels %v, annotations %v, managedFields %v after the transform", got.Labels, got.Annotations, got.ManagedFields)
-	}
-	if reqs := catalogEntryToWidget(context.Background(), got); len(reqs) != 1 || reqs[0].Namespace != "ns" || reqs[0].Name != "w" {
-		t.Errorf("the trimmed entry maps to %v, want ns/w", reqs)
+	// The pause marker, or any other ConfigMap of the label: no catalog label, nothing to map.
+	marker := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "op", Name: PausedConfigMap, Labels: map[string]string{ManagedByLabel: ManagedByValue}}, Data: map[string]string{"by": "me"}}
+	out, _ := TrimCatalogEntry()(marker)
+	if got := out.(*corev1.ConfigMap); got.Labels != nil || got.Data != nil || catalogEntryToWidget(context.Background(), got) != nil {
+		t.Errorf("the pause marker after the transform: labels %v, data %v, maps to %v", got.Labels, got.Data, catalogEntryToWidget(context.Background(), got))
 	}
 	if out, err := TrimCatalogEntry()("not an object"); err != nil || out != "not an object" {
 		t.Errorf("a non-object: %v, %v", out, err)
+	}
+}
+
+// parseCatalogEntryName reads back exactly the names CatalogEntryName spells out.
+func TestParseCatalogEntryName(t *testing.T) {
+	for _, tc := range []struct {
+		entry, namespace, name string
+		ok                     bool
+	}{
+		{CatalogEntryName("ns", "w"), "ns", "w", true},
+		{CatalogEntryName("team-a", "w.x.y"), "team-a", "w.x.y", true},
+		{CatalogEntryName("ns", strings.Repeat("n", 250)), "", "", false}, // a hash
+		{PausedConfigMap, "", "", false},
+		{"widget.", "", "", false},
+		{"widget.ns", "", "", false},
+		{"widget.ns.", "", "", false},
+		{"widget..w", "", "", false},
+	} {
+		ns, name, ok := parseCatalogEntryName(tc.entry)
+		if ns != tc.namespace || name != tc.name || ok != tc.ok {
+			t.Errorf("parseCatalogEntryName(%q) = %q, %q, %v; want %q, %q, %v", tc.entry, ns, name, ok, tc.namespace, tc.name, tc.ok)
+		}
+	}
+}
+
+// TestCompactMeta: after the transforms, what objects repeat is one copy (the namespace, an
+// owner's API version and kind, the flags, the controller's finalizer), and nothing the
+// controller reads has changed.
+func TestCompactMeta(t *testing.T) {
+	child := func() *metav1.PartialObjectMetadata {
+		// Strings built at run time, as a decoder builds them: no two share memory.
+		name, ns := strings.Clone("w"), strings.Clone("fleet")
+		return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: "u",
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: strings.Clone("widgetry.io/v1"), Kind: strings.Clone("Widget"), Name: strings.Clone("w"), UID: "wu",
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}}}
+	}
+	want := child()
+	a, b := child(), child()
+	for _, o := range []*metav1.PartialObjectMetadata{a, b} {
+		if _, err := TrimChild()(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !equality.Semantic.DeepEqual(a, want) {
+		t.Errorf("the trimmed child differs: %+v, want %+v", a.ObjectMeta, want.ObjectMeta)
+	}
+	ra, rb := a.OwnerReferences[0], b.OwnerReferences[0]
+	same := func(x, y string) bool { return unsafe.StringData(x) == unsafe.StringData(y) }
+	if !same(a.Namespace, b.Namespace) || !same(ra.APIVersion, rb.APIVersion) || !same(ra.Kind, rb.Kind) || !same(ra.Name, a.Name) ||
+		ra.Controller != rb.Controller || ra.BlockOwnerDeletion != rb.BlockOwnerDeletion {
+		t.Error("two trimmed children repeat what they could share")
+	}
+	w := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "w", Finalizers: []string{strings.Clone(Finalizer)}}}
+	if _, err := TrimWatchedWidget()(w); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(w.Finalizers, []string{Finalizer}) || &w.Finalizers[0] != &widgetFinalizers[0] {
+		t.Errorf("a Widget's finalizers %v not the shared slice", w.Finalizers)
+	}
+	other := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "w", Finalizers: []string{"x", Finalizer}}}
+	if _, err := TrimWatchedWidget()(other); err != nil || !slices.Equal(other.Finalizers, []string{"x", Finalizer}) {
+		t.Errorf("other finalizers changed: %v, %v", other.Finalizers, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -162,6 +163,21 @@ func CatalogEntryName(namespace, name string) string {
 	}
 	sum := sha256.Sum256([]byte(namespace + "/" + name))
 	return "widget." + hex.EncodeToString(sum[:])
+}
+
+// parseCatalogEntryName returns the namespace and name of the Widget whose catalog entry is
+// named entry, when the name spells them out (CatalogEntryName's "widget.<namespace>.<name>":
+// a namespace has no dots); not for a hashed name or another object's.
+func parseCatalogEntryName(entry string) (namespace, name string, ok bool) {
+	rest, ok := strings.CutPrefix(entry, "widget.")
+	if !ok {
+		return "", "", false
+	}
+	namespace, name, ok = strings.Cut(rest, ".")
+	if !ok || namespace == "" || name == "" || CatalogEntryName(namespace, name) != entry {
+		return "", "", false
+	}
+	return namespace, name, true
 }
 
 // desiredCatalogEntry records the Widget in the operator's namespace.

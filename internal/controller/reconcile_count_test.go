@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -21,36 +20,6 @@ import (
 	"github.com/widgetry/widget-operator/internal/testenv"
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
-
-// reconciles is the manager's controller_runtime_reconcile_total for the Widget controller,
-// every result summed, read from its /metrics with token.
-func reconciles(t *testing.T, m *widgetenv.Manager, token string) int {
-	t.Helper()
-	total := 0
-	for _, metric := range m.MetricFamilies(t, token)["controller_runtime_reconcile_total"].GetMetric() {
-		if testenv.Label(metric, "controller") == controller.Name {
-			total += int(metric.GetCounter().GetValue())
-		}
-	}
-	return total
-}
-
-// settledReconciles waits for the reconcile count to hold still for 3 s, and returns it: the
-// echoes of the controller's writes come within moments.
-func settledReconciles(t *testing.T, m *widgetenv.Manager, token string) int {
-	t.Helper()
-	last, still := reconciles(t, m, token), 0
-	for still < 6 {
-		time.Sleep(500 * time.Millisecond)
-		now := reconciles(t, m, token)
-		if now == last {
-			still++
-		} else {
-			last, still = now, 0
-		}
-	}
-	return last
-}
 
 // startCountedManager starts an apiserver with the CRD at flip-storage, the manager, and a
 // namespace ns; it returns them with a token that may read the manager's /metrics, once that
@@ -80,7 +49,7 @@ func TestEachCreatedWidgetReconciledOnce(t *testing.T) {
 	env, m, token := startCountedManager(t, "fleet")
 	c := env.Client
 	ctx := context.Background()
-	before := reconciles(t, m, token)
+	before := m.Reconciles(t, token)
 
 	const n = 40
 	for i := range n {
@@ -105,7 +74,7 @@ func TestEachCreatedWidgetReconciledOnce(t *testing.T) {
 		}
 		return errors.Join(errs...)
 	})
-	after := settledReconciles(t, m, token)
+	after := m.SettledReconciles(t, token)
 	t.Logf("%d Widgets created: %d reconciles", n, after-before)
 	if after-before != n {
 		t.Errorf("%d Widgets created were reconciled %d times; want each once", n, after-before)

@@ -22,26 +22,6 @@ import (
 	"github.com/widgetry/widget-operator/internal/testenv/widgetenv"
 )
 
-// childWrites counts the writes the apiserver received for the objects of a Widget's
-// children's kinds (its apiserver_request_total: every write verb, whatever its answer, the
-// status subresource excepted), by resource.
-func childWrites(t *testing.T, env *testenv.Env) map[string]int {
-	t.Helper()
-	writes := map[string]int{}
-	for _, m := range env.APIServerMetrics(t)["apiserver_request_total"].GetMetric() {
-		resource := testenv.Label(m, "resource")
-		switch testenv.Label(m, "verb") {
-		case "POST", "PUT", "PATCH", "APPLY", "DELETE": // as the apiserver names the write verbs
-		default:
-			continue
-		}
-		if (resource == "deployments" || resource == "services" || resource == "configmaps") && testenv.Label(m, "subresource") == "" {
-			writes[resource] += int(m.GetCounter().GetValue())
-		}
-	}
-	return writes
-}
-
 // TestWritesOnlyWhatChanged (issue #37): a reconcile writes a child only when the Widget
 // changes it, or when someone else did. The Deployment's status moving reconciles the Widget
 // (its readiness is the Widget's) and writes none of its children; a change of the size
@@ -73,14 +53,14 @@ func TestWritesOnlyWhatChanged(t *testing.T) {
 	// the writes of each kind since before change against want (which counts the test's own).
 	step := func(t *testing.T, change func() error, until string, done func() error, want map[string]int) {
 		t.Helper()
-		settledReconciles(t, m, token)
-		before := childWrites(t, env)
+		m.SettledReconciles(t, token)
+		before := env.Writes(t)
 		if err := retry.RetryOnConflict(retry.DefaultRetry, change); err != nil {
 			t.Fatal(err)
 		}
 		testenv.Eventually(t, timeout, until, done)
-		settledReconciles(t, m, token)
-		after := childWrites(t, env)
+		m.SettledReconciles(t, token)
+		after := env.Writes(t)
 		for _, r := range []string{"deployments", "services", "configmaps"} {
 			if got := after[r] - before[r]; got != want[r] {
 				t.Errorf("%s: %d writes, want %d", r, got, want[r])

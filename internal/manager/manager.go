@@ -81,6 +81,8 @@ type Options struct {
 	ControllerMetricsSocket string
 	// Namespace is the manager's own namespace: the catalog and the leader-election Lease.
 	Namespace string
+	// MaxConcurrentReconciles is how many Widgets the controller reconciles at once.
+	MaxConcurrentReconciles int
 
 	WebhookPort     int
 	WebhookCertDir  string
@@ -163,9 +165,15 @@ type Options struct {
 }
 
 // DefaultOptions are the defaults cmd/widget-manager's flags start from.
+// DefaultMaxConcurrentReconciles is the controller's default number of workers: a restart's
+// first pass over 100,000 Widgets is a read of each Widget and child, mostly waiting on the
+// apiserver, and BenchmarkControllerRestartAtScale measures it.
+const DefaultMaxConcurrentReconciles = 4
+
 func DefaultOptions() Options {
 	return Options{
 		Components:                     ComponentsAll,
+		MaxConcurrentReconciles:        DefaultMaxConcurrentReconciles,
 		WebhookPort:                    9443,
 		WebhookCertDir:                 "/tmp/k8s-webhook-server/serving-certs",
 		WebhookCertName:                "tls.crt",
@@ -595,11 +603,12 @@ func newControllerManager(cfg *rest.Config, opts Options, scheme *runtime.Scheme
 // CRD to find the storage version to watch, so it needs the apiserver before anything starts.
 func setupReconcilers(ctx context.Context, controllerMgr ctrl.Manager, opts Options) error {
 	reconciler := &controller.WidgetReconciler{
-		Client:           controllerMgr.GetClient(),
-		APIReader:        controllerMgr.GetAPIReader(),
-		Cache:            controllerMgr.GetCache(),
-		Recorder:         controllerMgr.GetEventRecorder("widget-controller"),
-		CatalogNamespace: opts.Namespace,
+		Client:                  controllerMgr.GetClient(),
+		APIReader:               controllerMgr.GetAPIReader(),
+		Cache:                   controllerMgr.GetCache(),
+		Recorder:                controllerMgr.GetEventRecorder("widget-controller"),
+		CatalogNamespace:        opts.Namespace,
+		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 	}
 	if err := reconciler.SetupWithManager(ctx, controllerMgr); err != nil {
 		return fmt.Errorf("set up the Widget controller: %w", err)

@@ -79,6 +79,7 @@ var renderers = map[string]func(root string) (string, error){
 	"bench-conversion": benchBlock(ConversionBenchFile, ConversionTable),
 	"bench-manager":    benchBlock(ManagerBenchFile, ManagerTable),
 	"bench-migrate":    benchBlock(MigrateBenchFile, MigrateTable),
+	"bench-restart":    restartBlock,
 }
 
 // benchBlock renders a block from a committed benchmark output with its table function.
@@ -165,7 +166,7 @@ func UpdateREADMEs(root string) error {
 // runs wrote), and returns the names it copied.
 func Collect(root, from string) ([]string, error) {
 	var copied []string
-	for _, name := range []string{ProofFile, strings.TrimSuffix(ProofFile, ".json") + ".txt", ConversionBenchFile, ListBenchFile, ListBench100kFile, ManagerBenchFile, MigrateBenchFile, OutageFile, TestTimesFile, ToolchainFile} {
+	for _, name := range []string{ProofFile, strings.TrimSuffix(ProofFile, ".json") + ".txt", ConversionBenchFile, ListBenchFile, ListBench100kFile, ManagerBenchFile, MigrateBenchFile, RestartBenchFile, RestartBench100kFile, OutageFile, TestTimesFile, ToolchainFile} {
 		b, err := os.ReadFile(filepath.Join(from, name))
 		if os.IsNotExist(err) {
 			continue

@@ -40,3 +40,24 @@ func Label(m *dto.Metric, name string) string {
 	}
 	return ""
 }
+
+// Writes counts the writes the apiserver received (its apiserver_request_total: every write
+// verb, whatever its answer), by resource, or resource/subresource for a subresource
+// ("widgets/status").
+func (e *Env) Writes(tb testing.TB) map[string]int {
+	tb.Helper()
+	writes := map[string]int{}
+	for _, m := range e.APIServerMetrics(tb)["apiserver_request_total"].GetMetric() {
+		switch Label(m, "verb") {
+		case "POST", "PUT", "PATCH", "APPLY", "DELETE": // as the apiserver names the write verbs
+		default:
+			continue
+		}
+		key := Label(m, "resource")
+		if sub := Label(m, "subresource"); sub != "" {
+			key += "/" + sub
+		}
+		writes[key] += int(m.GetCounter().GetValue())
+	}
+	return writes
+}
