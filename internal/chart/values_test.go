@@ -201,7 +201,7 @@ var valueCases = []valueCase{{
 			t.Fatalf("controller plane: replicas %d, containers %d, account %s, hostNetwork %t, labels %v", *cd.Spec.Replicas, len(cpod.Containers), cpod.ServiceAccountName, cpod.HostNetwork, cd.Spec.Template.Labels)
 		}
 		ctl := cpod.Containers[0]
-		for _, a := range []string{"--components=controller", "--leader-elect=true", "--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s",
+		for _, a := range []string{"--components=controller", "--leader-elect=true", "--max-concurrent-reconciles=4", "--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s",
 			"--leader-elect-retry-period=2s", "--drain-delay=0s", "--connection-drain-timeout=0s", "--health-probe-bind-address=:8082",
 			"--metrics-bind-address=:8443", "--metrics-cert-dir=/etc/widget-operator/metrics-certs"} {
 			wantArg(t, ctl.Args, a)

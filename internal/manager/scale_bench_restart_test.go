@@ -41,7 +41,8 @@ import (
 // apiserver received meanwhile for Widgets (status included) and their children (nothing
 // changed: want 0), rss-settled-MiB its VmRSS once its CPU use has fallen below 5% of a core
 // (target <= 256, the chart's limit; at 100,000 Widgets that is about 2.6 KiB per Widget with
-// its three children), heap-live-MiB its live heap then, rss-peak-MiB the highest VmRSS
+// its three children), rss-anon-settled-MiB the anonymous part of it (RssAnon: without the
+// executable's pages, which the kernel may drop and read again), heap-live-MiB its live heap then, rss-peak-MiB the highest VmRSS
 // sampled every second. One run is the whole measurement: -benchtime 1x.
 func BenchmarkControllerRestartAtScale(b *testing.B) {
 	n := widgetenv.EnvInt(b, "WIDGET_BENCH_WIDGETS", 10000)
@@ -93,6 +94,10 @@ func BenchmarkControllerRestartAtScale(b *testing.B) {
 	restart := time.Since(restarted)
 	waitIdle(b, m.Pid(), within)
 	settled := rss()
+	anon, err := memprobe.RSSAnon(m.Pid())
+	if err != nil {
+		b.Fatalf("RssAnon of the controller: %v", err)
+	}
 	stopPeak()
 	reconciled := m.SettledReconciles(b, token)
 	b.StopTimer()
@@ -117,6 +122,7 @@ func BenchmarkControllerRestartAtScale(b *testing.B) {
 	b.ReportMetric(float64(n)/restart.Seconds(), "reconciles-per-s")
 	b.ReportMetric(float64(writes), "restart-writes")
 	b.ReportMetric(settled, "rss-settled-MiB")
+	b.ReportMetric(float64(anon)/(1<<20), "rss-anon-settled-MiB")
 	b.ReportMetric(max(*peak, settled), "rss-peak-MiB")
 	b.ReportMetric(float64(heap.Alloc)/(1<<20), "heap-live-MiB")
 	b.Logf("restart: %d Widgets reconciled once in %s (%d reconciles once settled); writes %v; RSS %.0f MiB settled, %.0f at peak; live heap %.0f MiB",

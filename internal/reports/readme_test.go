@@ -14,8 +14,8 @@ import (
 // wantBlocks are the generated blocks each README must hold: a block deleted with its figures
 // pasted back by hand must fail the test too.
 var wantBlocks = map[string][]string{
-	"README.md":                        {"make-test-times", "bench-conversion", "bench-list", "bench-list-100k", "bench-manager", "bench-migrate", "production-proof", "outage-matrix"},
-	"charts/widget-operator/README.md": {"bench-list", "bench-manager", "outage-hung"},
+	"README.md":                        {"make-test-times", "bench-conversion", "bench-list", "bench-list-100k", "bench-manager", "bench-restart", "bench-migrate", "production-proof", "outage-matrix"},
+	"charts/widget-operator/README.md": {"bench-list", "bench-manager", "bench-restart", "outage-hung"},
 }
 
 // TestREADMEsMatchTheirReports: every generated block of every README is exactly what its

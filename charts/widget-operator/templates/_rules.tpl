@@ -347,6 +347,19 @@ groups:
           description: '{{ "{{" }} $labels.crd {{ "}}" }} carries the widgetry.io/break-glass annotation: changes to it pass the stage guard (the ValidatingAdmissionPolicy) unchecked. Finish the procedure and remove the annotation.'
           runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetCRDBreakGlass.md
           summary: The Widget CRD is changed under break-glass.
+      - alert: WidgetControllerMemoryNearLimit
+        expr: |-
+          max by (namespace, job, instance) (go_memstats_next_gc_bytes{job="{{ .Values.monitoring.job }}",process="controller"})
+            / on (namespace, job, instance)
+          max by (namespace, job, instance) (go_gc_gomemlimit_bytes{job="{{ .Values.monitoring.job }}",process="controller"})
+            > 0.9
+        for: 30m
+        labels:
+          severity: warning
+        annotations:
+          description: 'The heap goal of the controller process on replica {{ "{{" }} $labels.instance {{ "}}" }} (job {{ "{{" }} $labels.job {{ "}}" }}, namespace {{ "{{" }} $labels.namespace {{ "}}" }}) has been {{ "{{" }} $value | humanizePercentage {{ "}}" }} of its Go memory limit for 30 minutes: the collector runs to stay under the limit instead of at its own pace. The fleet has outgrown controllerResources.limits.memory; the next relist (a new leader, a watch that expired) may be OOM-killed.'
+          runbook_url: {{ trimSuffix "/" .Values.monitoring.runbookBaseURL }}/alerts/WidgetControllerMemoryNearLimit.md
+          summary: The Widget controller's caches approach its memory limit.
       - alert: WidgetControllerNotRunning
         expr: |-
           max by (namespace, job) (widget_controller_running{job="{{ .Values.monitoring.job }}"}) == 0

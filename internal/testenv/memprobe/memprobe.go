@@ -104,7 +104,15 @@ func read(name string) uint64 {
 
 // RSS returns the resident set size of process pid in bytes (VmRSS of /proc/PID/status):
 // what counts against a container's memory limit. Linux only.
-func RSS(pid int) (uint64, error) {
+func RSS(pid int) (uint64, error) { return statusBytes(pid, "VmRSS") }
+
+// RSSAnon returns the anonymous part of process pid's resident set in bytes (RssAnon of
+// /proc/PID/status): its heap, stacks and runtime, without the pages of its executable
+// (RssFile), which the kernel can drop and read back again under memory pressure.
+func RSSAnon(pid int) (uint64, error) { return statusBytes(pid, "RssAnon") }
+
+// statusBytes reads the line "field:   123456 kB" of /proc/PID/status, in bytes.
+func statusBytes(pid int, field string) (uint64, error) {
 	path := "/proc/" + strconv.Itoa(pid) + "/status"
 	f, err := os.Open(path)
 	if err != nil {
@@ -113,21 +121,20 @@ func RSS(pid int) (uint64, error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		// "VmRSS:	  123456 kB"
-		rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
+		rest, ok := strings.CutPrefix(sc.Text(), field+":")
 		if !ok {
 			continue
 		}
 		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("%s: VmRSS %q: %w", path, rest, err)
+			return 0, fmt.Errorf("%s: %s %q: %w", path, field, rest, err)
 		}
 		return kb << 10, nil
 	}
 	if err := sc.Err(); err != nil {
 		return 0, err
 	}
-	return 0, fmt.Errorf("%s has no VmRSS line (a kernel thread or a zombie?)", path)
+	return 0, fmt.Errorf("%s has no %s line (a kernel thread or a zombie?)", path, field)
 }
 
 // userHZ is the unit of the CPU times in /proc/<pid>/stat: USER_HZ, 100 on every Linux

@@ -41,6 +41,10 @@ func TestRSSOfThisProcess(t *testing.T) {
 	if _, err := RSS(-1); err == nil {
 		t.Error("RSS of pid -1: no error")
 	}
+	anon, err := RSSAnon(os.Getpid())
+	if err != nil || anon == 0 || anon >= rss+(1<<20) {
+		t.Errorf("RssAnon %d, %v; want more than 0 and within VmRSS %d", anon, err, rss)
+	}
 }
 
 // TestReadRemoteHeap reads this process's own heap through the real net/http/pprof handler:
