@@ -326,6 +326,12 @@ var valueCases = []valueCase{{
 		}
 	},
 }, {
+	name: "the controller's workers: the flag its container runs with",
+	kv:   []any{"controller.maxConcurrentReconciles", 16},
+	check: func(t *testing.T, objs helmtemplate.Objects) {
+		wantArg(t, controllerDeployment(t, objs).Spec.Template.Spec.Containers[0].Args, "--max-concurrent-reconciles=16")
+	},
+}, {
 	name: "PDB off",
 	kv:   []any{"podDisruptionBudget.enabled", false, "replicaCount", 3},
 	check: func(t *testing.T, objs helmtemplate.Objects) {

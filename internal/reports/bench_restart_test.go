@@ -1,6 +1,8 @@
 package reports
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -65,5 +67,42 @@ func TestThousands(t *testing.T) {
 		if got := thousands(v); got != want {
 			t.Errorf("thousands(%v) = %q, want %q", v, got, want)
 		}
+	}
+}
+
+// The block renders the 10,000-Widget run alone, saying so, until a 100,000-Widget run is
+// published; without the 10,000-Widget run it fails.
+func TestRestartBlock(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, DataDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := restartBlock(root); err == nil {
+		t.Error("rendered without any report")
+	}
+	write := func(file, settled, widgets string) {
+		text := restartRun
+		for _, v := range []string{"1.000", "0", settled, widgets} {
+			text = strings.Replace(text, "%s", v, 1)
+		}
+		if err := os.WriteFile(filepath.Join(root, DataDir, file), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(RestartBenchFile, "100.4", "10000 widgets")
+	got, err := restartBlock(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, "| figure | 10,000 Widgets | target |") || !strings.Contains(got, "No run at 100,000 Widgets has been published yet") {
+		t.Errorf("rendered\n%s\nwant the 10,000 column and the note", got)
+	}
+	write(RestartBench100kFile, "240.0", "100000 widgets")
+	got, err = restartBlock(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, "| figure | 10,000 Widgets | 100,000 Widgets | target |") || strings.Contains(got, "No run") {
+		t.Errorf("rendered\n%s\nwant both columns and no note", got)
 	}
 }
