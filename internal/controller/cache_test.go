@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/widgetry/widget-operator/api/v1"
@@ -196,5 +198,28 @@ func TestCompactMeta(t *testing.T) {
 	other := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "w", Finalizers: []string{"x", Finalizer}}}
 	if _, err := TrimWatchedWidget()(other); err != nil || !slices.Equal(other.Finalizers, []string{"x", Finalizer}) {
 		t.Errorf("other finalizers changed: %v, %v", other.Finalizers, err)
+	}
+}
+
+// TestFleetInformer: the informers that hold an object per Widget keep no namespace index;
+// every other informer keeps controller-runtime's.
+func TestFleetInformer(t *testing.T) {
+	indexers := toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc}
+	for _, tc := range []struct {
+		obj     runtime.Object
+		indexed bool
+	}{
+		{widgetMetadata("v1"), false},
+		{childMetadata("apps/v1", "Deployment"), false},
+		{&corev1.ConfigMap{}, false},
+		{&corev1.Secret{}, true},
+	} {
+		inf := fleetInformer(&toolscache.ListWatch{}, tc.obj, 0, indexers)
+		if _, indexed := inf.GetIndexer().GetIndexers()[toolscache.NamespaceIndex]; indexed != tc.indexed {
+			t.Errorf("%T: namespace index %v, want %v", tc.obj, indexed, tc.indexed)
+		}
+	}
+	if _, ok := indexers[toolscache.NamespaceIndex]; !ok {
+		t.Error("the caller's indexers changed")
 	}
 }

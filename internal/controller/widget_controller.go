@@ -335,8 +335,8 @@ func (r *WidgetReconciler) applyCatalogEntry(ctx context.Context, w *v1.Widget) 
 		return err
 	}
 	// An entry the cache does not hold is created by the apply (the Widget's first reconcile):
-	// no read. One it holds is read past the cache, which keeps of it only the data that names
-	// its Widget.
+	// no read. One it holds is read past the cache, which keeps of it little more than its name
+	// (TrimCatalogEntry).
 	live := &corev1.ConfigMap{}
 	err = r.Client.Get(ctx, key, live)
 	if err == nil {
