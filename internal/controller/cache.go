@@ -147,8 +147,8 @@ func dropLabelsAndAnnotations(obj metav1.Object) {
 //
 // Every catalog entry of the cache shares one labels map. The data kept per entry was about a
 // tenth of the controller's heap at 10,000 Widgets (a heap profile), and each entry's labels
-// were a map of the same size. Cached objects are read only (the cache hands out deep copies; the
-// event handlers do not write).
+// were a map of the same size. Cached objects are read only (the cache hands out deep
+// copies; the event handlers do not write).
 func TrimCatalogEntry() toolscache.TransformFunc {
 	return func(in any) (any, error) {
 		cm, ok := in.(*corev1.ConfigMap)
