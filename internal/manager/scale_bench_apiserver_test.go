@@ -64,25 +64,13 @@ func BenchmarkManagerAtScale(b *testing.B) {
 	// every Widget has one.
 	env := testenv.Start(b, testenv.Options{Scheme: scheme.New(), APIServerFlags: map[string]string{"service-cluster-ip-range": "10.96.0.0/16"}})
 	op := widgetenv.Setup(b, env, crd.StageFlipStorage)
-	var managerEnv []string
-	if limit := widgetenv.EnvInt(b, "WIDGET_BENCH_MEMORY_LIMIT_MIB", 256); limit > 0 {
-		managerEnv = append(managerEnv, "GOMEMLIMIT="+strconv.Itoa(limit<<20))
-	}
-	if gogc := os.Getenv("WIDGET_BENCH_GOGC"); gogc != "" {
-		managerEnv = append(managerEnv, "GOGC="+gogc)
-	}
+	managerEnv := benchManagerEnv(b)
 	pprofURL := "http://127.0.0.1:" + strconv.Itoa(testenv.FreePort(b))
 	m := op.StartManager(b, widgetenv.ManagerOptions{Env: managerEnv, Args: []string{"--pprof-bind-address=" + strings.TrimPrefix(pprofURL, "http://")}})
 	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		b.Fatal(err)
 	}
-	rss := func() float64 {
-		v, err := memprobe.RSS(m.Pid())
-		if err != nil {
-			b.Fatalf("RSS of widget-manager: %v", err)
-		}
-		return float64(v) / (1 << 20)
-	}
+	rss := func() float64 { return rssMiB(b, m.Pid()) }
 
 	b.ResetTimer()
 	time.Sleep(5 * time.Second) // past start-up: caches synced, leader elected
@@ -136,6 +124,31 @@ func BenchmarkManagerAtScale(b *testing.B) {
 	b.ReportMetric(ms(res.Quantile(0.99)), "p99-ms")
 	b.ReportMetric(ms(res.Worst), "max-ms")
 	b.Logf("%d Widgets reconciled %s after the first create; load: %s", n, reconciledAfter.Round(time.Second), res)
+}
+
+// benchManagerEnv is the manager's environment in the scale benchmarks: GOMEMLIMIT as the
+// chart sets it from WIDGET_BENCH_MEMORY_LIMIT_MIB (default 256; 0 for none), and GOGC from
+// WIDGET_BENCH_GOGC when set.
+func benchManagerEnv(b *testing.B) []string {
+	b.Helper()
+	var env []string
+	if limit := widgetenv.EnvInt(b, "WIDGET_BENCH_MEMORY_LIMIT_MIB", 256); limit > 0 {
+		env = append(env, "GOMEMLIMIT="+strconv.Itoa(limit<<20))
+	}
+	if gogc := os.Getenv("WIDGET_BENCH_GOGC"); gogc != "" {
+		env = append(env, "GOGC="+gogc)
+	}
+	return env
+}
+
+// rssMiB is the VmRSS of process pid in MiB; a failed read fails the benchmark.
+func rssMiB(b *testing.B, pid int) float64 {
+	b.Helper()
+	v, err := memprobe.RSS(pid)
+	if err != nil {
+		b.Fatalf("RSS of process %d: %v", pid, err)
+	}
+	return float64(v) / (1 << 20)
 }
 
 // saveHeapProfile writes the manager's heap profile to path, when one is given, for

@@ -72,23 +72,14 @@ func BenchmarkControllerRestartAtScale(b *testing.B) {
 	populator.Stop(b, 60*time.Second)
 	b.Logf("%d Widgets created and reconciled in %s: %d reconciles", n, populated.Round(time.Second), createReconciles)
 
-	var managerEnv []string
-	if limit := widgetenv.EnvInt(b, "WIDGET_BENCH_MEMORY_LIMIT_MIB", 256); limit > 0 {
-		managerEnv = append(managerEnv, "GOMEMLIMIT="+strconv.Itoa(limit<<20))
-	}
+	managerEnv := benchManagerEnv(b)
 	pprofURL := "http://127.0.0.1:" + strconv.Itoa(testenv.FreePort(b))
 	before := env.Writes(b)
 	b.ResetTimer()
 	restarted := time.Now()
 	m := op.StartManager(b, widgetenv.ManagerOptions{WebhookPort: testenv.FreePort(b), Env: managerEnv,
 		Args: controllerArgs("measured", "--pprof-bind-address="+strings.TrimPrefix(pprofURL, "http://"))})
-	rss := func() float64 {
-		v, err := memprobe.RSS(m.Pid())
-		if err != nil {
-			b.Fatalf("RSS of the controller: %v", err)
-		}
-		return float64(v) / (1 << 20)
-	}
+	rss := func() float64 { return rssMiB(b, m.Pid()) }
 	peak, stopPeak := sampleMax(time.Second, rss)
 	waitReconciles(b, m, token, n, within)
 	restart := time.Since(restarted)
