@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# A real single-node Kubernetes cluster for the end-to-end tests and the demo, run offline as
-# root inside a network namespace and a private mount namespace of its own (scripts/README.md).
+# A real Kubernetes cluster of one or more nodes for the end-to-end tests and the demo, run
+# offline as root, each node in a network namespace and a private mount namespace of its own
+# (scripts/README.md).
 #
 # Usage: scripts/local-cluster.sh COMMAND
 #   up                 start the cluster (a stale one is torn down first); prints the env
+#                      (CLUSTER_NODES nodes, default 1)
 #   down [--purge]     stop every process, remove the cgroups, the namespace and the state
 #                      (logs are kept in $CLUSTER_DIR/logs unless --purge)
 #   status             exit 0 if the apiserver is ready and the node is Ready
@@ -20,7 +22,15 @@
 #   logs               list the component logs
 #
 # Environment: CLUSTER_DIR (state, default /tmp/widget-cluster), CLUSTER_NAME (namespace and
-# cgroup name, default widget-cluster), CLUSTER_BIN (Kubernetes binaries, default bin/).
+# cgroup name, default widget-cluster), CLUSTER_BIN (Kubernetes binaries, default bin/),
+# CLUSTER_NODES (nodes, 1 to 9, default 1), CLUSTER_ZONES (the zones the nodes are labelled
+# with, topology.kubernetes.io/zone, in turn: default "zone-a zone-b zone-c", one per node).
+#
+# Nodes: the first, widget-node (10.200.0.2), shares the namespace $CLUSTER_NAME with the
+# control plane; node K (widget-node-K, 10.200.0.K+1) has the namespace $CLUSTER_NAME-nodeK,
+# its own containerd, kubelet and kube-proxy, state in $CLUSTER_DIR/nodeK and the cgroup
+# $CLUSTER_NAME-nodeK, and a veth to the first namespace (wnK there, eth0 in its own), which
+# routes between the nodes' pod ranges.
 #
 # The apiserver listens on 10.200.0.2:6443 inside the namespace only. The host reaches it by
 # entering the namespace: `local-cluster.sh kubectl ...`, `local-cluster.sh exec helm ...`, or
@@ -42,6 +52,10 @@ API_SERVICE_IP=10.96.0.1
 CLUSTER_CIDR=10.244.0.0/16
 POD_CIDR=10.244.0.0/24
 PAUSE_IMAGE=localhost/widget-cluster/pause:v1
+NODES=${CLUSTER_NODES:-1}
+[[ $NODES =~ ^[1-9]$ ]] || { echo "CLUSTER_NODES=$NODES: want 1 to 9" >&2; exit 2; }
+read -r -a ZONES <<<"${CLUSTER_ZONES:-zone-a zone-b zone-c}"
+((${#ZONES[@]} > 0)) || { echo "CLUSTER_ZONES is empty: want one zone name or more" >&2; exit 2; }
 CGROUP_CONTROLLERS=(cpu cpuacct cpuset memory devices freezer blkio pids systemd hugetlb net_cls net_prio perf_event unified)
 KUBECONFIG_ADMIN=$D/admin.kubeconfig
 SOCK=$D/containerd/containerd.sock
@@ -56,6 +70,25 @@ LOCK=/tmp/widget-cluster.lock
 say() { printf '[local-cluster %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { say "error: $*"; exit 1; }
 in_ns() { nsenter --net="$NETNS" "$@"; }
+
+# Node K's name, address, namespace (also its cgroup's name), state directory and zone. The
+# first node keeps the single-node cluster's names and paths.
+node_name() { if (($1 == 1)); then echo "$NODE"; else echo "$NODE-$1"; fi; }
+node_ip() { echo "10.200.0.$(($1 + 1))"; }
+node_ns() { if (($1 == 1)); then echo "$NAME"; else echo "$NAME-node$1"; fi; }
+node_dir() { if (($1 == 1)); then echo "$D"; else echo "$D/node$1"; fi; }
+node_zone() { echo "${ZONES[($1 - 1) % ${#ZONES[@]}]}"; }
+
+# cluster_names prints the namespace and cgroup name of every node present on the machine,
+# the first node's first: down and the leftover check find the nodes of a cluster started
+# with any CLUSTER_NODES.
+cluster_names() {
+	echo "$NAME"
+	local f
+	for f in /run/netns/"$NAME"-node[0-9] /sys/fs/cgroup/*/"$NAME"-node[0-9]; do
+		if [[ -e $f ]]; then basename "$f"; fi
+	done | sort -u
+}
 
 check_prereqs() {
 	# Root, the Debian packages and the right to make namespaces: one check for every caller.
@@ -128,6 +161,11 @@ make_pki() {
 	cert scheduler system:kube-scheduler
 	cert kube-proxy system:kube-proxy
 	cert kubelet "system:node:$NODE" system:nodes "IP:$NODE_IP,DNS:$NODE"
+	local k
+	for ((k = 2; k <= NODES; k++)); do
+		cert "kubelet-node$k" "system:node:$(node_name "$k")" system:nodes "IP:$(node_ip "$k"),DNS:$(node_name "$k")"
+		kubeconfig "$D/kubelet-node$k.kubeconfig" "kubelet-node$k"
+	done
 	openssl genrsa -out "$D/pki/sa.key" 2048 2>/dev/null
 	openssl rsa -in "$D/pki/sa.key" -pubout -out "$D/pki/sa.pub" 2>/dev/null
 	kubeconfig "$KUBECONFIG_ADMIN" admin
@@ -138,32 +176,54 @@ make_pki() {
 # Configuration files.
 
 write_configs() {
-	mkdir -p "$D/cni/net.d" "$D/containerd" "$D/kubelet" "$D/varlog/pods" "$D/varlog/containers"
-	cat >"$D/cni/net.d/10-widget.conflist" <<EOF
+	echo "nameserver $PEER_IP" >"$D/resolv.conf"
+	local k
+	for ((k = 1; k <= NODES; k++)); do write_node_configs "$k"; done
+	# The first node's pod range is the first that kube-controller-manager allocates: it
+	# registers before the others start. The others' come from their Node (start_nodes).
+	write_cni 1 "$POD_CIDR"
+}
+
+# write_cni K CIDR: node K's CNI network, a bridge over CIDR (its Node's spec.podCIDR).
+# containerd watches the directory: the node turns Ready once the file is there.
+write_cni() {
+	local dir
+	dir=$(node_dir "$1")
+	cat >"$dir/cni/net.d/.10-widget.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
   "name": "widget-pods",
   "plugins": [
     {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
-     "ipam": {"type": "host-local", "dataDir": "$D/cni/ipam", "ranges": [[{"subnet": "$POD_CIDR"}]],
+     "ipam": {"type": "host-local", "dataDir": "$dir/cni/ipam", "ranges": [[{"subnet": "$2"}]],
               "routes": [{"dst": "0.0.0.0/0"}]}},
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }
 EOF
+	mv "$dir/cni/net.d/.10-widget.conflist" "$dir/cni/net.d/10-widget.conflist"
+}
+
+# write_node_configs K: node K's containerd, kubelet and kube-proxy configuration.
+write_node_configs() {
+	local k=$1 dir name ns certname
+	dir=$(node_dir "$k") name=$(node_name "$k") ns=$(node_ns "$k")
+	certname=kubelet
+	((k == 1)) || certname=kubelet-node$k
+	mkdir -p "$dir/cni/net.d" "$dir/containerd" "$dir/kubelet" "$dir/varlog/pods" "$dir/varlog/containers"
 	# restrict_oom_score_adj: without CAP_SYS_RESOURCE every sandbox fails with "can't get final
 	# child's PID from pipe: EOF" (nsexec cannot lower oom_score_adj).
-	cat >"$D/containerd/config.toml" <<EOF
+	cat >"$dir/containerd/config.toml" <<EOF
 version = 2
-root = "$D/containerd/root"
-state = "$D/containerd/state"
+root = "$dir/containerd/root"
+state = "$dir/containerd/state"
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
   "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs",
   "io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp"]
 [grpc]
-  address = "$SOCK"
+  address = "$dir/containerd/containerd.sock"
 [ttrpc]
-  address = "$D/containerd/containerd.sock.ttrpc"
+  address = "$dir/containerd/containerd.sock.ttrpc"
 [debug]
   address = ""
 [metrics]
@@ -181,17 +241,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "$D/cni/net.d"
+    conf_dir = "$dir/cni/net.d"
 EOF
-	echo "nameserver $PEER_IP" >"$D/resolv.conf"
-	cat >"$D/kubelet/config.yaml" <<EOF
+	cat >"$dir/kubelet/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
-cgroupRoot: /$NAME
+cgroupRoot: /$ns
 failCgroupV1: false
 failSwapOn: false
-containerRuntimeEndpoint: unix://$SOCK
+containerRuntimeEndpoint: unix://$dir/containerd/containerd.sock
 podLogsDir: /var/log/pods
 address: 0.0.0.0
 port: 10250
@@ -204,8 +263,8 @@ authentication:
   x509: {clientCAFile: $D/pki/ca.crt}
 authorization:
   mode: Webhook
-tlsCertFile: $D/pki/kubelet.crt
-tlsPrivateKeyFile: $D/pki/kubelet.key
+tlsCertFile: $D/pki/$certname.crt
+tlsPrivateKeyFile: $D/pki/$certname.key
 resolvConf: $D/resolv.conf
 clusterDomain: cluster.local
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
@@ -218,11 +277,11 @@ syncFrequency: 10s
 fileCheckFrequency: 10s
 nodeStatusUpdateFrequency: 5s
 EOF
-	cat >"$D/kube-proxy.yaml" <<EOF
+	cat >"$dir/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: iptables
-hostnameOverride: $NODE
+hostnameOverride: $name
 clusterCIDR: $CLUSTER_CIDR
 clientConnection: {kubeconfig: $D/kube-proxy.kubeconfig}
 bindAddress: 0.0.0.0
@@ -255,17 +314,49 @@ make_netns() {
 	in_ns sh -c 'f=/proc/sys/net/bridge/bridge-nf-call-iptables; [ ! -e $f ] || echo 1 >$f'
 }
 
+# make_node_netns K: node K's namespace, joined to the first node's by a veth (wnK there,
+# eth0 here). The first namespace routes: node K's address and, once known, its pod range
+# (route_pods) lead through wnK; node K's default route leads to the first node, so its pods
+# reach the control plane, Services and every other node through it. The first node's
+# address stays on wc0: the kernel answers ARP for it on wnK too.
+make_node_netns() {
+	local k=$1 ns ip
+	ns=$(node_ns "$k") ip=$(node_ip "$k")
+	ip netns add "$ns"
+	ip -n "$ns" link set lo up
+	ip link add "wn$k" netns "$NAME" type veth peer name eth0 netns "$ns"
+	# A /32: with the /24 on-link, node K would ARP for the other nodes on eth0, where no one
+	# answers for them.
+	ip -n "$ns" addr add "$ip/32" dev eth0
+	ip -n "$ns" link set eth0 up
+	ip -n "$NAME" link set "wn$k" up
+	ip -n "$NAME" route add "$ip/32" dev "wn$k"
+	ip -n "$ns" route add "$NODE_IP/32" dev eth0
+	ip -n "$ns" route add default via "$NODE_IP" dev eth0
+	nsenter --net="/run/netns/$ns" sh -c 'echo 1 >/proc/sys/net/ipv4/ip_forward'
+	# shellcheck disable=SC2016 # $f is the inner shell's variable
+	nsenter --net="/run/netns/$ns" sh -c 'f=/proc/sys/net/bridge/bridge-nf-call-iptables; [ ! -e $f ] || echo 1 >$f'
+}
+
+# route_pods K CIDR: the first namespace sends node K's pod range to node K.
+route_pods() {
+	ip -n "$NAME" route replace "$2" via "$(node_ip "$1")" dev "wn$1"
+}
+
 make_cgroups() {
-	# kubelet's cgroupRoot: everything the node runs lives under /$NAME, so down can find it
-	# and two clusters would not share /kubepods.
-	local c
-	for c in "${CGROUP_CONTROLLERS[@]}"; do
-		[[ -d /sys/fs/cgroup/$c ]] || continue
-		mkdir -p "/sys/fs/cgroup/$c/$NAME"
-		if [[ $c == cpuset ]]; then
-			cat /sys/fs/cgroup/cpuset/cpuset.cpus >"/sys/fs/cgroup/cpuset/$NAME/cpuset.cpus"
-			cat /sys/fs/cgroup/cpuset/cpuset.mems >"/sys/fs/cgroup/cpuset/$NAME/cpuset.mems"
-		fi
+	# kubelet's cgroupRoot: everything node K runs lives under /$(node_ns K), so down can
+	# find it and two nodes or clusters never share /kubepods.
+	local c k ns
+	for ((k = 1; k <= NODES; k++)); do
+		ns=$(node_ns "$k")
+		for c in "${CGROUP_CONTROLLERS[@]}"; do
+			[[ -d /sys/fs/cgroup/$c ]] || continue
+			mkdir -p "/sys/fs/cgroup/$c/$ns"
+			if [[ $c == cpuset ]]; then
+				cat /sys/fs/cgroup/cpuset/cpuset.cpus >"/sys/fs/cgroup/cpuset/$ns/cpuset.cpus"
+				cat /sys/fs/cgroup/cpuset/cpuset.mems >"/sys/fs/cgroup/cpuset/$ns/cpuset.mems"
+			fi
+		done
 	done
 }
 
@@ -291,27 +382,62 @@ wait_for() { # wait_for WHAT SECONDS CMD...
 	die "$what not ready after ${secs}s; see $D/logs"
 }
 
-inside() {
-	# A private /run (containerd's shim sockets, pod network namespaces), /var/lib (CNI cache)
-	# and /var/log (pod logs, kept in $D/varlog): nothing lands on the host's.
+# node_mounts K: a private /run (containerd's shim sockets, pod network namespaces), /var/lib
+# (CNI cache) and /var/log (pod logs, kept in node K's varlog) in node K's mount namespace:
+# nothing lands on the host's, and no node sees another's.
+node_mounts() {
+	local dir
+	dir=$(node_dir "$1")
 	mount -t tmpfs -o mode=755 tmpfs /run
 	mkdir -p /run/containerd /run/netns
 	# The kubelet's cAdvisor finds containerd at its default socket only; without it the
 	# kubelet's /metrics/cadvisor has no pod or container labels (the dashboards' CPU and
 	# memory panels select by them).
-	ln -s "$SOCK" /run/containerd/containerd.sock
+	ln -s "$dir/containerd/containerd.sock" /run/containerd/containerd.sock
 	mount -t tmpfs -o mode=755 tmpfs /var/lib
 	mkdir -p /var/lib/cni
-	mount --bind "$D/varlog" /var/log
+	mount --bind "$dir/varlog" /var/log
 	# Names resolve to nothing outside: no lookup leaves the namespace.
 	mount --bind "$D/resolv.conf" /etc/resolv.conf
+}
 
+# node_suffix K: what node K's process names (logs, pids) end with; none for the first node.
+node_suffix() { if (($1 == 1)); then echo ""; else echo "-node$1"; fi; }
+
+start_containerd() { # start_containerd K
+	start "containerd$(node_suffix "$1")" containerd --config "$(node_dir "$1")/containerd/config.toml"
+}
+
+# start_node K: node K's kubelet and kube-proxy, once its containerd answers and holds the
+# pause image. The kubelet labels its Node with its zone (NodeRestriction allows
+# topology.kubernetes.io/zone).
+start_node() {
+	local k=$1 dir sfx kc sock
+	dir=$(node_dir "$k") sfx=$(node_suffix "$k")
+	sock=$dir/containerd/containerd.sock
+	kc=$D/kubelet.kubeconfig
+	((k == 1)) || kc=$D/kubelet-node$k.kubeconfig
+	wait_for "containerd$sfx" 30 ctr --address "$sock" version
+	ctr --address "$sock" -n k8s.io images import --no-unpack=false "$D/images/pause.tar" >>"$D/logs/images.log" 2>&1 ||
+		die "importing the pause image into node $k failed; see $D/logs/images.log"
+	start "kubelet$sfx" "$BIN/kubelet" \
+		--config "$dir/kubelet/config.yaml" \
+		--kubeconfig "$kc" \
+		--root-dir "$dir/kubelet" --cert-dir "$dir/kubelet/pki" \
+		--hostname-override "$(node_name "$k")" --node-ip "$(node_ip "$k")" \
+		--node-labels "topology.kubernetes.io/zone=$(node_zone "$k")" --v 2
+	start "kube-proxy$sfx" "$BIN/kube-proxy" --config "$dir/kube-proxy.yaml" --v 2
+}
+
+# inside: the control plane and the first node, in the first namespace.
+inside() {
+	node_mounts 1
 	local k="$BIN"
 	start etcd "$k/etcd" --name "$NODE" --data-dir "$D/etcd" \
 		--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
 		--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
 		--initial-cluster "$NODE=http://127.0.0.1:2380" --unsafe-no-fsync --listen-metrics-urls http://127.0.0.1:2381
-	start containerd containerd --config "$D/containerd/config.toml"
+	start_containerd 1
 	start kube-apiserver "$k/kube-apiserver" \
 		--etcd-servers http://127.0.0.1:2379 \
 		--bind-address 0.0.0.0 --secure-port 6443 --advertise-address "$NODE_IP" \
@@ -345,22 +471,21 @@ inside() {
 		--authentication-kubeconfig "$D/scheduler.kubeconfig" \
 		--authorization-kubeconfig "$D/scheduler.kubeconfig" \
 		--bind-address 127.0.0.1 --secure-port 10259 --leader-elect=false
-	wait_for containerd 30 ctr --address "$SOCK" version
-	ctr --address "$SOCK" -n k8s.io images import --no-unpack=false "$D/images/pause.tar" >>"$D/logs/images.log" 2>&1 ||
-		die "importing the pause image failed; see $D/logs/images.log"
-	start kubelet "$k/kubelet" \
-		--config "$D/kubelet/config.yaml" \
-		--kubeconfig "$D/kubelet.kubeconfig" \
-		--root-dir "$D/kubelet" --cert-dir "$D/kubelet/pki" \
-		--hostname-override "$NODE" --node-ip "$NODE_IP" --v 2
-	start kube-proxy "$k/kube-proxy" --config "$D/kube-proxy.yaml" --v 2
+	start_node 1
+}
+
+# inside_node K: node K, in its own namespaces.
+inside_node() {
+	node_mounts "$1"
+	start_containerd "$1"
+	start_node "$1"
 }
 
 # ---------------------------------------------------------------------------------------------
 
 cmd_up() {
 	check_prereqs
-	if [[ -e $NETNS || -d $D/pids ]]; then
+	if [[ -e $NETNS || -d $D/pids || -n $(cluster_names | tail -n +2) ]]; then
 		say "tearing down a previous cluster first"
 		cmd_down
 	fi
@@ -372,17 +497,44 @@ cmd_up() {
 	"$BIN/mkimage" -o "$D/images/pause.tar" -t "$PAUSE_IMAGE" -label org.opencontainers.image.title=pause \
 		"$BIN/pause:/pause" >>"$D/logs/images.log"
 	make_netns
+	local k
+	for ((k = 2; k <= NODES; k++)); do make_node_netns "$k"; done
 	make_cgroups
 	CLUSTER_DIR=$D CLUSTER_NAME=$NAME CLUSTER_BIN=$BIN \
 		nsenter --net="$NETNS" unshare --mount --propagation private -- "$self" _inside \
 		>>"$D/logs/up.log" 2>&1 || { say "starting the components failed:"; tail -5 "$D/logs/up.log" >&2; exit 1; }
-	say "control plane up in $((SECONDS - t0))s; waiting for the node"
+	say "control plane up in $((SECONDS - t0))s; waiting for $NODES node(s)"
 	local kc=("$BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN")
-	wait_for "node $NODE" 120 in_ns "${kc[@]}" wait --for=condition=Ready "node/$NODE" --timeout=1s
+	if ((NODES > 1)); then
+		# The first node registers first, so that it gets the first pod range (its CNI's).
+		wait_for "node $NODE to register" 60 has_pod_cidr 1
+		for ((k = 2; k <= NODES; k++)); do
+			CLUSTER_DIR=$D CLUSTER_NAME=$NAME CLUSTER_BIN=$BIN \
+				nsenter --net="/run/netns/$(node_ns "$k")" unshare --mount --propagation private -- "$self" _inside_node "$k" \
+				>>"$D/logs/up.log" 2>&1 || { say "starting node $k failed:"; tail -5 "$D/logs/up.log" >&2; exit 1; }
+		done
+		local cidr
+		for ((k = 2; k <= NODES; k++)); do
+			wait_for "node $(node_name "$k") to register" 60 has_pod_cidr "$k"
+			cidr=$(pod_cidr "$k")
+			write_cni "$k" "$cidr"
+			route_pods "$k" "$cidr"
+		done
+	fi
+	for ((k = 1; k <= NODES; k++)); do
+		wait_for "node $(node_name "$k")" 120 in_ns "${kc[@]}" wait --for=condition=Ready "node/$(node_name "$k")" --timeout=1s
+	done
 	wait_for "default ServiceAccount" 60 in_ns "${kc[@]}" get serviceaccount default -n default
 	say "cluster up in $((SECONDS - t0))s"
 	cmd_env
 }
+
+# pod_cidr K prints node K's spec.podCIDR (kube-controller-manager allocates it on
+# registration); has_pod_cidr K succeeds once there is one.
+pod_cidr() {
+	in_ns "$BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" get node "$(node_name "$1")" -o 'jsonpath={.spec.podCIDR}' 2>/dev/null
+}
+has_pod_cidr() { [[ -n $(pod_cidr "$1") ]]; }
 
 # pids_in_cluster prints every process of the cluster: those in its network namespace
 # (control plane, containerd, shims, processes started next to it) and those in its cgroups
@@ -394,12 +546,16 @@ pids_in_cluster() {
 		p=$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null || echo 1)
 		skip+="$p "
 	done
+	local names
+	names=$(cluster_names)
 	{
-		[[ -e $NETNS ]] && ip netns pids "$NAME" 2>/dev/null
-		local c
-		for c in "${CGROUP_CONTROLLERS[@]}"; do
-			[[ -d /sys/fs/cgroup/$c/$NAME ]] || continue
-			find "/sys/fs/cgroup/$c/$NAME" -name cgroup.procs -exec cat {} + 2>/dev/null
+		local c n
+		for n in $names; do
+			[[ -e /run/netns/$n ]] && ip netns pids "$n" 2>/dev/null
+			for c in "${CGROUP_CONTROLLERS[@]}"; do
+				[[ -d /sys/fs/cgroup/$c/$n ]] || continue
+				find "/sys/fs/cgroup/$c/$n" -name cgroup.procs -exec cat {} + 2>/dev/null
+			done
 		done
 	} | sort -un | while read -r pid; do
 		[[ -d /proc/$pid && $skip != *" $pid "* ]] && echo "$pid"
@@ -413,9 +569,10 @@ cmd_down() {
 	# The state is thrown away, so nothing needs a graceful stop: SIGKILL kubelet first so it
 	# restarts nothing, then every process of the cluster until none is left (a container's
 	# processes are found through the cgroups even after its shim is gone).
-	local n pid
-	for n in kubelet kube-proxy; do
-		pid=$(cat "$D/pids/$n.pid" 2>/dev/null) || continue
+	local n pid f names
+	names=$(cluster_names)
+	for f in "$D"/pids/kubelet*.pid "$D"/pids/kube-proxy*.pid; do
+		pid=$(cat "$f" 2>/dev/null) || continue
 		# only if that pid is still ours (not reused after a crash)
 		if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$D/"; then
 			kill -9 "$pid" 2>/dev/null || true
@@ -431,12 +588,18 @@ cmd_down() {
 	[[ -z $(pids_in_cluster) ]] || die "processes left: $(pids_in_cluster | tr '\n' ' ')"
 	for ((i = 0; i < 20; i++)); do
 		local left=0 c
-		for c in "${CGROUP_CONTROLLERS[@]}"; do
-			[[ -d /sys/fs/cgroup/$c/$NAME ]] || continue
-			find "/sys/fs/cgroup/$c/$NAME" -depth -type d -exec rmdir {} + 2>/dev/null || left=1
+		for n in $names; do
+			for c in "${CGROUP_CONTROLLERS[@]}"; do
+				[[ -d /sys/fs/cgroup/$c/$n ]] || continue
+				find "/sys/fs/cgroup/$c/$n" -depth -type d -exec rmdir {} + 2>/dev/null || left=1
+			done
 		done
 		((left)) || break
 		sleep 0.2
+	done
+	# The other nodes' namespaces first: deleting one removes its veth from the first's.
+	for n in $names; do
+		[[ $n == "$NAME" || ! -e /run/netns/$n ]] || ip netns del "$n"
 	done
 	[[ ! -e $NETNS ]] || ip netns del "$NAME"
 	if [[ -e $D/run-netns-mounted-by-us ]] && [[ -z $(ls -A /run/netns 2>/dev/null) ]]; then
@@ -457,12 +620,14 @@ cmd_down() {
 
 # leftovers names anything of the cluster still present; empty when clean.
 leftovers() {
-	local out=() c
-	[[ ! -e $NETNS ]] || out+=("namespace $NETNS")
-	[[ -z $(pids_in_cluster) ]] || out+=("processes $(pids_in_cluster | tr '\n' ' ')")
-	for c in "${CGROUP_CONTROLLERS[@]}"; do
-		[[ ! -d /sys/fs/cgroup/$c/$NAME ]] || out+=("cgroup /sys/fs/cgroup/$c/$NAME")
+	local out=() c n
+	for n in $(cluster_names); do
+		[[ ! -e /run/netns/$n ]] || out+=("namespace /run/netns/$n")
+		for c in "${CGROUP_CONTROLLERS[@]}"; do
+			[[ ! -d /sys/fs/cgroup/$c/$n ]] || out+=("cgroup /sys/fs/cgroup/$c/$n")
+		done
 	done
+	[[ -z $(pids_in_cluster) ]] || out+=("processes $(pids_in_cluster | tr '\n' ' ')")
 	grep -qF " $D/" /proc/self/mountinfo && out+=("mounts under $D")
 	echo "${out[*]}"
 }
@@ -484,11 +649,20 @@ export CONTAINERD_ADDRESS=$SOCK
 EOF
 }
 
+# import TAR...: into every node's containerd, the nodes in parallel.
 cmd_import() {
-	local t
-	for t in "$@"; do
-		ctr --address "$SOCK" -n k8s.io images import "$t" || die "importing $t failed"
+	local t sock pids=() socks=() i failed=()
+	for sock in "$SOCK" "$D"/node[0-9]/containerd/containerd.sock; do
+		[[ -S $sock ]] || continue
+		socks+=("$sock")
+		(for t in "$@"; do ctr --address "$sock" -n k8s.io images import "$t" || exit 1; done) &
+		pids+=($!)
 	done
+	((${#socks[@]} > 0)) || die "no node's containerd is running: is the cluster up?"
+	for i in "${!pids[@]}"; do
+		wait "${pids[$i]}" || failed+=("${socks[$i]}")
+	done
+	((${#failed[@]} == 0)) || die "importing $* failed into ${failed[*]}"
 }
 
 # http_ok PATH PORT: whether 127.0.0.1:PORT inside the namespace answers PATH with 200
@@ -605,5 +779,6 @@ cert-manager) shift; cmd_cert_manager "$@" ;;
 cert-manager-stop) cmd_cert_manager_stop ;;
 prometheus) shift; cmd_prometheus "$@" ;;
 _inside) inside ;;
+_inside_node) inside_node "$2" ;;
 *) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

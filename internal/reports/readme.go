@@ -13,7 +13,7 @@ import (
 const DataDir = "internal/reports/data"
 
 // READMEs are the files whose generated blocks are rendered from the committed reports.
-var READMEs = []string{"README.md", "charts/widget-operator/README.md"}
+var READMEs = []string{"README.md", "charts/widget-operator/README.md", "scripts/README.md"}
 
 // A block is a part of a README between
 //
@@ -63,6 +63,16 @@ var renderers = map[string]func(root string) (string, error){
 			return "", err
 		}
 		return m.Text(), nil
+	},
+	"local-cluster": func(root string) (string, error) {
+		c, err := ReadClusterCost(filepath.Join(root, DataDir, ClusterCostFile))
+		if os.IsNotExist(err) {
+			return "No multi-node cluster has been measured yet: run `make reports` after a `make test-e2e` that passes.\n", nil
+		}
+		if err != nil {
+			return "", err
+		}
+		return c.Text(), nil
 	},
 	"outage-hung": func(root string) (string, error) {
 		m, err := ReadOutage(filepath.Join(root, DataDir, OutageFile))
@@ -166,7 +176,7 @@ func UpdateREADMEs(root string) error {
 // runs wrote), and returns the names it copied.
 func Collect(root, from string) ([]string, error) {
 	var copied []string
-	for _, name := range []string{ProofFile, strings.TrimSuffix(ProofFile, ".json") + ".txt", ConversionBenchFile, ListBenchFile, ListBench100kFile, ManagerBenchFile, MigrateBenchFile, RestartBenchFile, RestartBench100kFile, OutageFile, TestTimesFile, ToolchainFile} {
+	for _, name := range []string{ProofFile, strings.TrimSuffix(ProofFile, ".json") + ".txt", ConversionBenchFile, ListBenchFile, ListBench100kFile, ManagerBenchFile, MigrateBenchFile, RestartBenchFile, RestartBench100kFile, OutageFile, ClusterCostFile, TestTimesFile, ToolchainFile} {
 		b, err := os.ReadFile(filepath.Join(from, name))
 		if os.IsNotExist(err) {
 			continue

@@ -1,7 +1,8 @@
-// Package cluster runs the end-to-end tier's real single-node Kubernetes cluster
-// (scripts/local-cluster.sh) for Go tests: containerd, kubelet and kube-proxy on a node
-// inside a network namespace of its own, next to the pinned control plane, with images
-// imported from tarballs, and on demand cert-manager's real controllers and Prometheus.
+// Package cluster runs the end-to-end tier's real Kubernetes cluster (scripts/local-cluster.sh)
+// for Go tests: containerd, kubelet and kube-proxy on each node, every node inside a network
+// namespace of its own, the first next to the pinned control plane, with images imported
+// from tarballs, and on demand cert-manager's real controllers and Prometheus. A cluster has
+// one node unless a test asks for more (StartNodes).
 //
 // The apiserver and the pods are reachable only inside that namespace. Tests reach them
 // through Cluster.Config and Cluster.HTTPClient, whose connections are opened from inside
@@ -36,9 +37,12 @@ import (
 const (
 	// Name is the network namespace and cgroup name of the cluster.
 	Name = "widget-cluster"
-	// NodeName is the node's name and NodeIP its address inside the namespace.
+	// NodeName is the first node's name and NodeIP its address inside the namespace.
 	NodeName = "widget-node"
 	NodeIP   = "10.200.0.2"
+	// ZoneLabel is the label that gives each node its zone (scripts/local-cluster.sh:
+	// CLUSTER_ZONES, by default zone-a, zone-b, zone-c in turn).
+	ZoneLabel = "topology.kubernetes.io/zone"
 	// lockFile serialises clusters across test binaries, the demo and people running
 	// scripts/local-cluster.sh: one cluster at a time on a machine (two kubelets on the
 	// cgroupfs driver would fight over their cgroups). The script uses the same path.
@@ -56,6 +60,10 @@ type Cluster struct {
 	NetNS string
 	// Kubeconfig is the cluster-admin kubeconfig (its server is reachable only in NetNS).
 	Kubeconfig string
+	// Nodes are the cluster's nodes, the first (in NetNS, with the control plane) first.
+	Nodes []Node
+	// UpTook is how long scripts/local-cluster.sh up took, until every node was Ready.
+	UpTook time.Duration
 	// Config is a cluster-admin rest.Config whose connections are dialled inside NetNS.
 	Config *rest.Config
 	// Client is a clientset on Config.
@@ -91,14 +99,21 @@ func Require(tb testing.TB) (root, bin string) {
 	return root, bin
 }
 
-// Start brings a cluster up (scripts/local-cluster.sh up) for one test and tears it down
-// when the test ends, also when it fails; a failed test's component logs are kept and their
-// folder is logged. It waits for a cluster of another test binary to go first. Tests that
-// can share a cluster use Shared instead.
+// Start brings a one-node cluster up (scripts/local-cluster.sh up) for one test and tears it
+// down when the test ends, also when it fails; a failed test's component logs are kept and
+// their folder is logged. It waits for a cluster of another test binary to go first. Tests
+// that can share a cluster use Shared instead.
 func Start(tb testing.TB) *Cluster {
 	tb.Helper()
+	return StartNodes(tb, 1)
+}
+
+// StartNodes is Start with n nodes (1 to 9), each in its own zone while there are three or
+// fewer.
+func StartNodes(tb testing.TB, n int) *Cluster {
+	tb.Helper()
 	root, bin := Require(tb)
-	c, err := up(root, bin, tb.Logf)
+	c, err := up(root, bin, n, tb.Logf)
 	if c != nil {
 		tb.Cleanup(func() { c.stop(tb, tb.Failed()) })
 	}
@@ -124,7 +139,7 @@ func Shared(tb testing.TB) *Cluster {
 	shared.Lock()
 	defer shared.Unlock()
 	if shared.c == nil && shared.err == nil {
-		shared.c, shared.err = up(root, bin, tb.Logf)
+		shared.c, shared.err = up(root, bin, 1, tb.Logf)
 	}
 	if shared.err != nil {
 		tb.Fatalf("cluster: %v", shared.err)
@@ -173,7 +188,10 @@ func (r *stderrReporter) Errorf(format string, args ...any) {
 
 // up takes the machine-wide lock, runs scripts/local-cluster.sh up and builds the clients.
 // A non-nil Cluster is returned whenever something needs stopping, also with an error.
-func up(root, bin string, logf func(string, ...any)) (*Cluster, error) {
+func up(root, bin string, nodes int, logf func(string, ...any)) (*Cluster, error) {
+	if nodes < 1 || nodes > 9 {
+		return nil, fmt.Errorf("%d nodes: want 1 to 9", nodes)
+	}
 	// The machine-wide flock would wait forever for a cluster of this same process.
 	running.Lock()
 	defer running.Unlock()
@@ -187,6 +205,7 @@ func up(root, bin string, logf func(string, ...any)) (*Cluster, error) {
 		Dir:        clusterDir(),
 		NetNS:      "/run/netns/" + Name,
 		Kubeconfig: filepath.Join(clusterDir(), "admin.kubeconfig"),
+		Nodes:      nodesOf(nodes),
 	}
 	lock, err := acquireLock(logf, 15*time.Minute)
 	if err != nil {
@@ -198,7 +217,8 @@ func up(root, bin string, logf func(string, ...any)) (*Cluster, error) {
 	if out, err := c.script(context.Background(), "up"); err != nil {
 		return c, fmt.Errorf("scripts/local-cluster.sh up: %w\n%s", err, out)
 	}
-	logf("cluster: up in %s (state in %s)", time.Since(start).Round(100*time.Millisecond), c.Dir)
+	c.UpTook = time.Since(start)
+	logf("cluster: %d node(s) up in %s (state in %s)", nodes, c.UpTook.Round(100*time.Millisecond), c.Dir)
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
 	if err != nil {
@@ -280,11 +300,19 @@ func (c *Cluster) keepLogs() (string, error) {
 			return "", fmt.Errorf("keep the cluster's objects: %w", err)
 		}
 	}
-	for _, sub := range []string{"logs", "varlog/pods"} {
+	subs := []string{"logs", "varlog/pods"}
+	for i := 2; i <= len(c.Nodes); i++ {
+		subs = append(subs, fmt.Sprintf("node%d/varlog/pods", i))
+	}
+	for _, sub := range subs {
 		if _, err := os.Stat(filepath.Join(c.Dir, sub)); err != nil {
 			continue
 		}
-		if out, err := exec.Command("cp", "-a", filepath.Join(c.Dir, sub), dest+"/").CombinedOutput(); err != nil {
+		to := filepath.Join(dest, filepath.Dir(sub))
+		if err := os.MkdirAll(to, 0o755); err != nil {
+			return "", err
+		}
+		if out, err := exec.Command("cp", "-a", filepath.Join(c.Dir, sub), to+"/").CombinedOutput(); err != nil {
 			return "", fmt.Errorf("cp %s: %w: %s", sub, err, out)
 		}
 	}
@@ -364,7 +392,8 @@ func (c *Cluster) script(ctx context.Context, args ...string) ([]byte, error) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(c.Root, "scripts", "local-cluster.sh"), args...)
 	// This process holds the machine-wide lock (acquireLock); the script takes it otherwise.
-	cmd.Env = append(os.Environ(), "CLUSTER_DIR="+c.Dir, "CLUSTER_NAME="+Name, "CLUSTER_BIN="+c.Bin, "CLUSTER_LOCK_HELD=1")
+	cmd.Env = append(os.Environ(), "CLUSTER_DIR="+c.Dir, "CLUSTER_NAME="+Name, "CLUSTER_BIN="+c.Bin, "CLUSTER_LOCK_HELD=1",
+		fmt.Sprintf("CLUSTER_NODES=%d", len(c.Nodes)), "CLUSTER_ZONES=")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -376,10 +405,16 @@ func (c *Cluster) script(ctx context.Context, args ...string) ([]byte, error) {
 // the teardown was complete.
 func Leftovers(dir string) []string {
 	var left []string
+	namespaces, _ := filepath.Glob("/run/netns/" + Name + "-node[0-9]")
 	if _, err := os.Stat("/run/netns/" + Name); err == nil {
-		left = append(left, "network namespace /run/netns/"+Name)
+		namespaces = append(namespaces, "/run/netns/"+Name)
+	}
+	for _, ns := range namespaces {
+		left = append(left, "network namespace "+ns)
 	}
 	cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/" + Name)
+	nodeCgroups, _ := filepath.Glob("/sys/fs/cgroup/*/" + Name + "-node[0-9]")
+	cgroups = append(cgroups, nodeCgroups...)
 	for _, cg := range cgroups {
 		left = append(left, "cgroup "+cg)
 	}

@@ -17,6 +17,16 @@ import (
 // goroutine, so no other goroutine ever runs in the namespace. Addresses must be IPs
 // (nothing is resolved inside).
 func (c *Cluster) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	return dialFrom(ctx, c.NetNS, network, addr)
+}
+
+// DialContext opens a connection from inside the node's network namespace, as its pods'
+// traffic leaves it: through its kube-proxy's rules and its routes (see Cluster.DialContext).
+func (n Node) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	return dialFrom(ctx, n.NetNS, network, addr)
+}
+
+func dialFrom(ctx context.Context, netns, network, addr string) (net.Conn, error) {
 	type result struct {
 		conn net.Conn
 		err  error
@@ -24,7 +34,7 @@ func (c *Cluster) DialContext(ctx context.Context, network, addr string) (net.Co
 	done := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
-		conn, restored, err := dialIn(ctx, c.NetNS, network, addr)
+		conn, restored, err := dialIn(ctx, netns, network, addr)
 		if restored {
 			runtime.UnlockOSThread()
 		}
