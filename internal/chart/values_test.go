@@ -133,6 +133,15 @@ type valueCase struct {
 }
 
 var valueCases = []valueCase{{
+	name: "hostNetwork rolls one replica at a time",
+	kv:   []any{"hostNetwork", true},
+	check: func(t *testing.T, objs helmtemplate.Objects) {
+		d := deployment(t, objs)
+		if !d.Spec.Template.Spec.HostNetwork || d.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue() != 1 || d.Spec.Strategy.RollingUpdate.MaxSurge.IntValue() != 1 {
+			t.Errorf("hostNetwork %t, strategy %+v: want maxUnavailable 1, maxSurge 1", d.Spec.Template.Spec.HostNetwork, d.Spec.Strategy.RollingUpdate)
+		}
+	},
+}, {
 	name: "defaults",
 	check: func(t *testing.T, objs helmtemplate.Objects) {
 		d := deployment(t, objs)

@@ -13,9 +13,11 @@
 //   - the README's commands (readme_test.go): every shell command of README.md is run, or its
 //     flags and values are checked by the tool itself, or it is what the demo or CI runs;
 //   - the chart's value sets (value_sets_test.go): chart-testing's install of every
-//     charts/widget-operator/ci/*-values.yaml with Helm 4 (hostNetwork, priority with its
-//     quota, OpenShift's UIDs, monitoring, NetworkPolicy ...), helm test, and an uninstall
-//     that leaves nothing but the CRD.
+//     charts/widget-operator/ci/*-values.yaml with Helm 4 on three nodes in three zones
+//     (hostNetwork with two replicas on two nodes and a rollout with no node to spare,
+//     priority with its quota, OpenShift's UIDs, monitoring, NetworkPolicy ...), each plane's
+//     replicas spread over nodes and zones, helm test, and an uninstall that leaves nothing
+//     but the CRD.
 //
 // Each test brings up a cluster of its own (cluster.Start): the walk uninstalls leaving the
 // CRD behind, which the next test must not inherit.

@@ -70,14 +70,16 @@ func applyCorpCA(t *testing.T, c *cluster.Cluster) {
 	c.Kubectl(t, "wait", "--for=condition=Ready", "--timeout=2m", "clusterissuer/corp-ca")
 }
 
-// TestChartValueSets is chart-testing's install on the real node, with Helm 4: every value
-// set in charts/widget-operator/ci is installed in a namespace of its own (Pod Security
-// restricted, privileged only for hostNetwork) with --wait and its hooks, checked for what
-// the set changes on the live objects, smoke-tested with helm test (a Widget written through
-// the webhooks and read back), and uninstalled: nothing the release created is left but the
-// CRD (helm.sh/resource-policy: keep), which the test deletes before the next set.
+// TestChartValueSets is chart-testing's install on real nodes, three in three zones, with
+// Helm 4: every value set in charts/widget-operator/ci is installed in a namespace of its own
+// (Pod Security restricted, privileged only for hostNetwork) with --wait and its hooks,
+// checked for what the set changes on the live objects and for its replicas spread (each
+// plane's replicas on as many nodes and zones as there are replicas), smoke-tested with helm
+// test (a Widget written through the webhooks and read back), and uninstalled: nothing the
+// release created is left but the CRD (helm.sh/resource-policy: keep), which the test deletes
+// before the next set.
 func TestChartValueSets(t *testing.T) {
-	c := cluster.Start(t)
+	c := cluster.StartNodes(t, valueSetNodes)
 	c.ImportOperatorImage(t)
 	c.StartCertManager(t)
 	c.Kubectl(t, "apply", "--server-side", "-f", filepath.Join(c.Bin, "prometheus-operator-crds"))
@@ -96,8 +98,46 @@ func TestChartValueSets(t *testing.T) {
 	}
 }
 
+// valueSetNodes is how many nodes the value sets are installed on: enough for two replicas
+// of each plane apart, with one node to spare for a rollout's extra replica.
+const valueSetNodes = 3
+
+// valueSetArgs are what the test adds to a value set's file. hostnetwork: the file asks for
+// one replica, what any cluster can run (each node runs at most one, the ports being the
+// node's); on several nodes two must run on two. Its rollout (valueSetChecks) is about the
+// order the replicas go in, not how long each drains: a short drain keeps it to seconds.
+var valueSetArgs = map[string][]string{"hostnetwork": {"--set", "replicaCount=2",
+	"--set", "manager.drainDelay=2s", "--set", "manager.connectionDrainTimeout=3s"}}
+
+// checkSpread fails the test unless each plane's replicas run on as many nodes, and in as many
+// zones, as there are replicas (up to the cluster's): what the chart's default
+// podAntiAffinity and zoneSpread (or a set's own affinity and topologySpreadConstraints) ask
+// of the scheduler on empty nodes.
+func checkSpread(t *testing.T, c *cluster.Cluster, ns string) {
+	t.Helper()
+	zoneOf := map[string]string{}
+	for _, n := range c.Nodes {
+		zoneOf[n.IP] = n.Zone
+	}
+	for _, plane := range []string{"webhook", "controller"} {
+		pods := podsIn(t, c, ns, "app.kubernetes.io/component="+plane)
+		nodes, zones := map[string]bool{}, map[string]bool{}
+		var where []string
+		for _, p := range pods {
+			nodes[p.Status.HostIP] = true
+			zones[zoneOf[p.Status.HostIP]] = true
+			where = append(where, p.Metadata.Name+"@"+p.Status.HostIP)
+		}
+		want := min(len(pods), len(c.Nodes))
+		if len(nodes) != want || len(zones) != want {
+			t.Errorf("%s plane: %d replicas on %d nodes in %d zones (%v), want %d of each", plane, len(pods), len(nodes), len(zones), where, want)
+		}
+	}
+}
+
 // valueSetChecks are what a value set changes on the live objects, beyond the install
-// succeeding (every pod Ready, the webhooks answering) and helm test passing.
+// succeeding (every pod Ready, the webhooks answering), the replicas' spread and helm test
+// passing.
 var valueSetChecks = map[string]func(t *testing.T, c *cluster.Cluster, ns string){
 	"hostnetwork": func(t *testing.T, c *cluster.Cluster, ns string) {
 		for _, p := range podsIn(t, c, ns, "app.kubernetes.io/component=controller") {
@@ -105,11 +145,35 @@ var valueSetChecks = map[string]func(t *testing.T, c *cluster.Cluster, ns string
 				t.Errorf("controller pod %s runs in the host's network: only the webhook plane needs it", p.Metadata.Name)
 			}
 		}
-		for _, p := range podsIn(t, c, ns, "app.kubernetes.io/component=webhook") {
+		webhooks := podsIn(t, c, ns, "app.kubernetes.io/component=webhook")
+		for _, p := range webhooks {
 			if !p.Spec.HostNetwork || p.Status.PodIP != p.Status.HostIP {
 				t.Errorf("pod %s: hostNetwork %t, pod IP %s, host IP %s", p.Metadata.Name, p.Spec.HostNetwork, p.Status.PodIP, p.Status.HostIP)
 			}
 		}
+		if len(webhooks) != 2 {
+			t.Errorf("%d webhook replicas with hostNetwork, want 2 (valueSetArgs)", len(webhooks))
+		}
+		// Two replicas on two schedulable nodes: a rollout has no node to surge onto, and
+		// still completes (the chart's maxUnavailable 1 with hostNetwork).
+		used := map[string]bool{}
+		for _, p := range webhooks {
+			used[p.Status.HostIP] = true
+		}
+		var spare []string
+		for _, n := range c.Nodes {
+			if !used[n.IP] {
+				spare = append(spare, n.Name)
+				c.Kubectl(t, "cordon", n.Name)
+			}
+		}
+		defer func() {
+			for _, n := range spare {
+				c.Kubectl(t, "uncordon", n)
+			}
+		}()
+		c.Kubectl(t, "-n", ns, "rollout", "restart", "deploy/widget-operator-webhook")
+		c.Kubectl(t, "-n", ns, "rollout", "status", "deploy/widget-operator-webhook", "--timeout=3m")
 		// The webhook Service's endpoint is the node's address on the webhook port.
 		eps := c.Kubectl(t, "-n", ns, "get", "endpointslices", "-l", "kubernetes.io/service-name=widget-operator-webhook",
 			"-o", "jsonpath={.items[*].ports[*].port} {.items[*].endpoints[*].addresses[*]}")
@@ -210,8 +274,10 @@ func installValueSet(t *testing.T, c *cluster.Cluster, chart, values, name strin
 		return string(out)
 	}
 	start := time.Now()
-	helm("install", "widget-operator", chart, "--values", values, "--set", "image.tag=dev", "--wait", "--timeout", "5m")
+	helm(append([]string{"install", "widget-operator", chart, "--values", values, "--set", "image.tag=dev", "--wait", "--timeout", "5m"},
+		valueSetArgs[name]...)...)
 	installed := time.Since(start)
+	checkSpread(t, c, ns)
 	if check := valueSetChecks[name]; check != nil {
 		check(t, c, ns)
 	}
