@@ -1,10 +1,7 @@
 package reports
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 )
 
@@ -34,14 +31,7 @@ type NodeCost struct {
 
 // WriteClusterCost writes c as JSON to dir.
 func WriteClusterCost(dir string, c ClusterCost) error {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(c, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, ClusterCostFile), append(b, '\n'), 0o644)
+	return writeJSON(dir, ClusterCostFile, c)
 }
 
 // ReadClusterCost reads a report WriteClusterCost wrote, refusing one that no run of several

@@ -1,10 +1,7 @@
 package reports
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 )
 
@@ -53,14 +50,7 @@ type OutageCell struct {
 
 // WriteOutage writes m as JSON to dir.
 func WriteOutage(dir string, m OutageMatrix) error {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, OutageFile), append(b, '\n'), 0o644)
+	return writeJSON(dir, OutageFile, m)
 }
 
 // ReadOutage reads a report WriteOutage wrote, refusing one whose rows do not have the same

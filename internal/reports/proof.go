@@ -5,7 +5,6 @@
 package reports
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -71,14 +70,7 @@ func Dir(root string) string {
 
 // WriteProof writes p as JSON and as the text Proof.Text renders (same name, .txt) to dir.
 func WriteProof(dir string, p Proof) error {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(p, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, ProofFile), append(b, '\n'), 0o644); err != nil {
+	if err := writeJSON(dir, ProofFile, p); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, strings.TrimSuffix(ProofFile, ".json")+".txt"), []byte(p.Text()), 0o644)

@@ -32,58 +32,16 @@ var renderers = map[string]func(root string) (string, error){
 		}
 		return "```text\n" + p.Text() + "```\n", nil
 	},
-	"make-test-times": func(root string) (string, error) {
-		tt, err := ReadTestTimes(filepath.Join(root, DataDir, TestTimesFile))
-		if os.IsNotExist(err) {
-			// Before the first published run; removing a published report changes the block,
-			// which the README test sees.
-			return "No `make test` run has been published yet: run `make reports` after one that passes.\n", nil
-		}
-		if err != nil {
-			return "", err
-		}
-		return tt.Text(), nil
-	},
-	"toolchain-build": func(root string) (string, error) {
-		tb, err := ReadToolchainBuild(filepath.Join(root, DataDir, ToolchainFile))
-		if os.IsNotExist(err) {
-			return "No full build of the toolchain has been published yet: `make reports` publishes the one `make tools` records.\n", nil
-		}
-		if err != nil {
-			return "", err
-		}
-		return tb.Text(), nil
-	},
-	"outage-matrix": func(root string) (string, error) {
-		m, err := ReadOutage(filepath.Join(root, DataDir, OutageFile))
-		if os.IsNotExist(err) {
-			return "No outage matrix has been published yet: run `make reports` after a `make test-e2e` that passes.\n", nil
-		}
-		if err != nil {
-			return "", err
-		}
-		return m.Text(), nil
-	},
-	"local-cluster": func(root string) (string, error) {
-		c, err := ReadClusterCost(filepath.Join(root, DataDir, ClusterCostFile))
-		if os.IsNotExist(err) {
-			return "No multi-node cluster has been measured yet: run `make reports` after a `make test-e2e` that passes.\n", nil
-		}
-		if err != nil {
-			return "", err
-		}
-		return c.Text(), nil
-	},
-	"outage-hung": func(root string) (string, error) {
-		m, err := ReadOutage(filepath.Join(root, DataDir, OutageFile))
-		if os.IsNotExist(err) {
-			return "No outage matrix has been published yet: run `make reports` after a `make test-e2e` that passes.\n", nil
-		}
-		if err != nil {
-			return "", err
-		}
-		return m.HungText()
-	},
+	"make-test-times": reportBlock(TestTimesFile, ReadTestTimes, TestTimes.textOK,
+		"No `make test` run has been published yet: run `make reports` after one that passes.\n"),
+	"toolchain-build": reportBlock(ToolchainFile, ReadToolchainBuild, ToolchainBuild.textOK,
+		"No full build of the toolchain has been published yet: `make reports` publishes the one `make tools` records.\n"),
+	"outage-matrix": reportBlock(OutageFile, ReadOutage, OutageMatrix.textOK,
+		"No outage matrix has been published yet: run `make reports` after a `make test-e2e` that passes.\n"),
+	"outage-hung": reportBlock(OutageFile, ReadOutage, OutageMatrix.HungText,
+		"No outage matrix has been published yet: run `make reports` after a `make test-e2e` that passes.\n"),
+	"local-cluster": reportBlock(ClusterCostFile, ReadClusterCost, ClusterCost.textOK,
+		"No multi-node cluster has been measured yet: run `make reports` after a `make test-e2e` that passes.\n"),
 	"bench-list":       benchBlock(ListBenchFile, ListTable),
 	"bench-list-100k":  benchBlock(ListBench100kFile, ListTable),
 	"bench-conversion": benchBlock(ConversionBenchFile, ConversionTable),
@@ -91,6 +49,28 @@ var renderers = map[string]func(root string) (string, error){
 	"bench-migrate":    benchBlock(MigrateBenchFile, MigrateTable),
 	"bench-restart":    restartBlock,
 }
+
+// reportBlock renders a block from a committed JSON report, read with read and rendered with
+// text; before the report's first publication the block says so (missing). Removing a
+// published report changes the block, which the README test sees.
+func reportBlock[T any](file string, read func(path string) (T, error), text func(T) (string, error), missing string) func(root string) (string, error) {
+	return func(root string) (string, error) {
+		r, err := read(filepath.Join(root, DataDir, file))
+		if os.IsNotExist(err) {
+			return missing, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		return text(r)
+	}
+}
+
+// textOK adapts the reports' Text, which cannot fail, to reportBlock.
+func (tt TestTimes) textOK() (string, error)      { return tt.Text(), nil }
+func (tb ToolchainBuild) textOK() (string, error) { return tb.Text(), nil }
+func (m OutageMatrix) textOK() (string, error)    { return m.Text(), nil }
+func (c ClusterCost) textOK() (string, error)     { return c.Text(), nil }
 
 // benchBlock renders a block from a committed benchmark output with its table function.
 func benchBlock(file string, table func([]BenchResult) (string, error)) func(root string) (string, error) {
