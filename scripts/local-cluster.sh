@@ -19,6 +19,10 @@
 #   cert-manager-stop  stop it (SIGTERM, then SIGKILL after 10 s)
 #   prometheus [EXTRA] run bin/prometheus next to the cluster on 127.0.0.1:9090, scraping
 #                      annotated pods found by kubernetes_sd_configs (+ scrape_configs in EXTRA)
+#   node-stop K        node K (2 to CLUSTER_NODES) stops dead, as a node lost to a kernel
+#                      panic or a cut cable: its traffic dropped, its pods frozen, its kubelet,
+#                      containerd and kube-proxy stopped (SIGSTOP); nothing graceful
+#   node-start K       node K goes on where it stopped (undoes node-stop)
 #   logs               list the component logs
 #
 # Environment: CLUSTER_DIR (state, default /tmp/widget-cluster), CLUSTER_NAME (namespace and
@@ -563,6 +567,60 @@ pids_in_cluster() {
 	return 0
 }
 
+# node_arg K: K names a node other than the first (which holds the control plane) that is up.
+node_arg() {
+	[[ ${1:-} =~ ^[2-9]$ ]] || die "want a node number from 2 to 9 (the first node holds the control plane), not '${1:-}'"
+	[[ -e /run/netns/$(node_ns "$1") ]] || die "node $1 ($(node_name "$1")) is not up"
+}
+
+# node_drops K: the first namespace's rules that drop every packet to or from node K, which
+# is all node K's traffic: it reaches the control plane and every other node through it.
+node_drops() { printf '%s\n' "INPUT -i wn$1" "OUTPUT -o wn$1" "FORWARD -i wn$1" "FORWARD -o wn$1"; }
+
+# freezer_state K STATE: freezes (FROZEN) or thaws (THAWED) node K's pods, whose cgroups
+# the kubelet keeps under its cgroupRoot /$(node_ns K).
+freezer_state() {
+	local f
+	f=/sys/fs/cgroup/freezer/$(node_ns "$1")/freezer.state
+	[[ -e $f ]] || f=/sys/fs/cgroup/$(node_ns "$1")/cgroup.freeze
+	[[ -e $f ]] || die "no freezer for node $1: neither cgroup v1's freezer nor cgroup v2's cgroup.freeze"
+	if [[ $f == */cgroup.freeze ]]; then
+		[[ $2 == FROZEN ]] && echo 1 >"$f" || echo 0 >"$f"
+	else
+		echo "$2" >"$f"
+	fi
+}
+
+# node-stop K: node K stops dead. Dropped packets (no reset, no ICMP) make every connection to
+# it hang, as to a lost machine; its processes (kubelet, containerd and its shims, kube-proxy,
+# hostNetwork pods: everything in its network namespace) get SIGSTOP and its pods' cgroups
+# are frozen, so nothing on it acts or answers until node-start.
+cmd_node_stop() {
+	node_arg "${1:-}"
+	local rule
+	while read -r rule; do
+		# shellcheck disable=SC2086 # the rule's words
+		in_ns iptables -w -C $rule -j DROP 2>/dev/null || in_ns iptables -w -I $rule -j DROP
+	done < <(node_drops "$1")
+	# shellcheck disable=SC2046 # one PID per word
+	kill -STOP $(ip netns pids "$(node_ns "$1")") 2>/dev/null || true
+	freezer_state "$1" FROZEN
+	say "node $1 ($(node_name "$1")) stopped dead: its traffic dropped, its processes stopped, its pods frozen"
+}
+
+cmd_node_start() {
+	node_arg "${1:-}"
+	local rule
+	freezer_state "$1" THAWED
+	# shellcheck disable=SC2046 # one PID per word
+	kill -CONT $(ip netns pids "$(node_ns "$1")") 2>/dev/null || true
+	while read -r rule; do
+		# shellcheck disable=SC2086 # the rule's words
+		while in_ns iptables -w -C $rule -j DROP 2>/dev/null; do in_ns iptables -w -D $rule -j DROP; done
+	done < <(node_drops "$1")
+	say "node $1 ($(node_name "$1")) goes on: its traffic flows, its processes and pods run"
+}
+
 cmd_down() {
 	[[ $(id -u) == 0 ]] || die "must run as root"
 	local pids i
@@ -571,6 +629,12 @@ cmd_down() {
 	# processes are found through the cgroups even after its shim is gone).
 	local n pid f names
 	names=$(cluster_names)
+	# A stopped node (node-stop) is thawed first: a frozen process does not die of SIGKILL.
+	for n in $names; do
+		for f in /sys/fs/cgroup/freezer/$n/freezer.state /sys/fs/cgroup/$n/cgroup.freeze; do
+			[[ ! -e $f ]] || { [[ $f == *state ]] && echo THAWED >"$f" || echo 0 >"$f"; }
+		done
+	done
 	for f in "$D"/pids/kubelet*.pid "$D"/pids/kube-proxy*.pid; do
 		pid=$(cat "$f" 2>/dev/null) || continue
 		# only if that pid is still ours (not reused after a crash)
@@ -774,11 +838,13 @@ env) cmd_env ;;
 kubectl) shift; exec nsenter --net="$NETNS" "$BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@" ;;
 exec) shift; KUBECONFIG=$KUBECONFIG_ADMIN exec nsenter --net="$NETNS" "$@" ;;
 import) shift; cmd_import "$@" ;;
+node-stop) cmd_node_stop "${2:-}" ;;
+node-start) cmd_node_start "${2:-}" ;;
 logs) ls -l "$D/logs" ;;
 cert-manager) shift; cmd_cert_manager "$@" ;;
 cert-manager-stop) cmd_cert_manager_stop ;;
 prometheus) shift; cmd_prometheus "$@" ;;
 _inside) inside ;;
 _inside_node) inside_node "$2" ;;
-*) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+*) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
