@@ -65,13 +65,15 @@ image: build ## Pack bin/widget-manager and bin/widgetctl into a from-scratch im
 tagged_packages = $(sort $(foreach f,$(shell grep -rl --include='*_test.go' '^//go:build $(1)' internal cmd api),./$(dir $(f))))
 ENVTEST_PKGS ?= $(call tagged_packages,envtest)
 E2E_PKGS ?= $(call tagged_packages,e2e)
-UNIT_FLAGS ?= -race -count=1 -timeout=10m
-# The envtest tier runs without the race detector by default: its tests drive separate
-# processes (kube-apiserver, etcd, widget-manager, helm, kubectl), which -race does not
-# instrument, while the code they share with the test process runs under -race in the unit
-# tier; -race would cost the tier about a third more time, which make test's CI budget has not
-# got. RACE=-race turns it on.
+# The unit tier runs without the race detector in make test: on a fresh machine (CI's) -race
+# compiles every dependency a second time, instrumented, about 450 s of a 2-core CI budget for
+# the same tests; make test-race runs the tier under it, and make test-long includes that.
+# RACE=-race turns it on for the unit and envtest tiers alike.
 RACE ?=
+UNIT_FLAGS ?= $(RACE) -count=1 -timeout=10m
+# The envtest tier runs without the race detector by default too: its tests drive separate
+# processes (kube-apiserver, etcd, widget-manager, helm, kubectl), which -race does not
+# instrument; -race would cost the tier about a third more time.
 ENVTEST_FLAGS ?= $(RACE) -count=1 -timeout=30m
 E2E_FLAGS ?= -count=1 -timeout=60m
 
@@ -80,14 +82,18 @@ test: ## Run the three tiers in order, each alone, never skipping (SKIP_TIERS="e
 	scripts/test.sh
 
 .PHONY: test-unit
-test-unit: ## Unit tier: pure Go with -race; no toolchain, no root.
+test-unit: ## Unit tier: pure Go; no toolchain, no root (make test-race: the same under -race).
 	@MAKE_VERB="make test-unit" scripts/prereqs.sh unit
 	go test $(UNIT_FLAGS) ./...
-	@# Built only without -race, and run here: the memory tests measure the heap, which the
-	@# race detector changes (memory_test.go); the schema round trips run the apiserver's CEL
-	@# validators over 10,000 objects, minutes under the detector, for no concurrency of
-	@# their own (conversion_schema_test.go, schemagen's test).
-	go test -count=1 -run '^(TestMemory|TestRoundTripOverTheSchemas|TestDrawsWhatTheAPIServerAdmits)' ./internal/webhook/ ./internal/conversion/conversiontest/schemagen/
+	@# Built only without -race (//go:build !race), so under RACE=-race they run here: the
+	@# memory tests measure the heap, which the race detector changes (memory_test.go); the
+	@# schema round trips run the apiserver's CEL validators over 10,000 objects, minutes under
+	@# the detector, for no concurrency of their own (conversion_schema_test.go, schemagen's test).
+	$(if $(RACE),go test -count=1 -run '^(TestMemory|TestRoundTripOverTheSchemas|TestDrawsWhatTheAPIServerAdmits)' ./internal/webhook/ ./internal/conversion/conversiontest/schemagen/)
+
+.PHONY: test-race
+test-race: ## The unit tier under the race detector (part of make test-long).
+	@$(MAKE) --no-print-directory test-unit RACE=-race
 
 .PHONY: test-envtest
 test-envtest: ## Envtest tier: real kube-apiserver + etcd (and kube-controller-manager), Helm, promtool.
@@ -110,7 +116,7 @@ test-conversion: ## Conversion round-trip fuzzing (10,000 objects each way, type
 	go test -run '^$$' -fuzz FuzzCRDImageRule -fuzztime 60s ./internal/webhook/
 
 .PHONY: test-long
-test-long: tools ## Long runs: million-object round trips, the same fuzzing for 5 minutes, crash-resumed migrations, LISTs of 100,000 Widgets, the controller taking over 100,000.
+test-long: tools test-race ## Long runs: the unit tier under -race, million-object round trips, the same fuzzing for 5 minutes, crash-resumed migrations, LISTs of 100,000 Widgets, the controller taking over 100,000.
 	@# A million objects each way, typed and drawn from the schemas.
 	WIDGET_ROUNDTRIP_ITERATIONS=1000000 go test -count=1 -timeout=4h -run 'RoundTrip' ./internal/conversion/ ./internal/webhook/
 	go test -run '^$$' -fuzz FuzzConvertReview -fuzztime 5m ./internal/webhook/
