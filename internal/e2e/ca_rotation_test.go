@@ -357,8 +357,14 @@ func replacingCAInjector(t *testing.T, c *cluster.Cluster) {
 // their output).
 func certManagedCluster(t *testing.T) *cluster.Cluster {
 	t.Helper()
+	return certManagedClusterOf(t, 1)
+}
+
+// certManagedClusterOf is certManagedCluster on nodes nodes.
+func certManagedClusterOf(t *testing.T, nodes int) *cluster.Cluster {
+	t.Helper()
 	ctrllog.SetLogger(logr.Discard())
-	c := cluster.Start(t)
+	c := cluster.StartNodes(t, nodes)
 	c.ImportOperatorImage(t)
 	c.StartCertManager(t)
 	return c

@@ -74,6 +74,8 @@ type load struct {
 	// sent counts requests started, requests those finished.
 	sent, requests int
 	failures       []string
+	// failedStarts is when each of failures started (the same order).
+	failedStarts []time.Time
 	// latencies are every finished request's, all and by the step in which it started, so
 	// that a request hanging across a step's end is charged to the step that caused it.
 	latencies []time.Duration
@@ -143,6 +145,7 @@ func (l *load) one(i, step int) {
 	l.byStep[step] = append(l.byStep[step], d)
 	if err != nil {
 		l.failures = append(l.failures, fmt.Sprintf("%s: %v", time.Now().Format("15:04:05.000"), err))
+		l.failedStarts = append(l.failedStarts, start)
 	}
 }
 
@@ -154,9 +157,12 @@ type transportCounter struct {
 	mu       sync.Mutex
 	requests int
 	failures []string
+	// failedStarts is when each of failures started (the same order).
+	failedStarts []time.Time
 }
 
 func (c *transportCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	start := time.Now()
 	resp, err := c.next.RoundTrip(req)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -164,8 +170,10 @@ func (c *transportCounter) RoundTrip(req *http.Request) (*http.Response, error) 
 	switch {
 	case err != nil:
 		c.failures = append(c.failures, fmt.Sprintf("%s %s %s: %v", time.Now().Format("15:04:05.000"), req.Method, req.URL.Path, err))
+		c.failedStarts = append(c.failedStarts, start)
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		c.failures = append(c.failures, fmt.Sprintf("%s %s %s: HTTP %d", time.Now().Format("15:04:05.000"), req.Method, req.URL.Path, resp.StatusCode))
+		c.failedStarts = append(c.failedStarts, start)
 	}
 	return resp, err
 }
@@ -174,6 +182,18 @@ func (c *transportCounter) snapshot() (int, []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.requests, append([]string(nil), c.failures...)
+}
+
+// outside are the failures (with their start times, the same order) of requests that did not
+// start within any of windows: the node losses', which the proof measures rather than forbids.
+func outside(failures []string, starts []time.Time, windows [][2]time.Time) []string {
+	var out []string
+	for i, f := range failures {
+		if !slices.ContainsFunc(windows, func(w [2]time.Time) bool { return !starts[i].Before(w[0]) && starts[i].Before(w[1]) }) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // zeroReplicasWarning ends the chart's warnings policy's warning for the load's Widgets, which
@@ -317,7 +337,10 @@ func quantile(latencies []time.Duration, q float64) float64 {
 // counted at the transport, under client-go's retries, and every unexpected warning fails the
 // run. Then it checks what Prometheus scraped. It prints a report the README quotes.
 func TestProductionProof(t *testing.T) {
-	c := certManagedCluster(t)
+	c := certManagedClusterOf(t, proofNodes)
+	// The first node holds the control plane: cordoned, it takes none of the release's pods
+	// until the drain step (proof_nodes_test.go).
+	c.Kubectl(t, "cordon", cluster.NodeName)
 	// The CA rotation step proves the chart's overlap, not cainjector's merging.
 	replacingCAInjector(t, c)
 	restrictedNamespace(t, c, ns)
@@ -607,7 +630,7 @@ func TestProductionProof(t *testing.T) {
 	})
 	// Every dashboard panel shows data while the load runs (before the hostile step, whose
 	// flood would be measured as well).
-	checkMonitoring(t, prom)
+	checkMonitoring(t, prom, len(c.Nodes))
 	// Issue #17: no request can take a replica down, and the everyday traffic does not notice.
 	step("hostile requests straight to the webhook pods", func() {
 		a := newAttacker(t, c, k)
@@ -686,6 +709,20 @@ func TestProductionProof(t *testing.T) {
 		a.unharmed(k)
 		time.Sleep(10 * time.Second) // the load goes on while the pods recover
 	})
+	var lossWindows [][2]time.Time
+	for round := 1; round <= nodeRounds(); round++ {
+		of := ""
+		if nodeRounds() > 1 {
+			of = fmt.Sprintf(", round %d of %d", round, nodeRounds())
+		}
+		step("node drained (kubectl drain of the node running the leader and a webhook replica"+of+")", func() {
+			drainStep(t, c, k, figure)
+			time.Sleep(5 * time.Second) // the load goes on after the drain
+		})
+		step("node lost (the node running the leader and a webhook replica stopped dead"+of+")", func() {
+			lossWindows = append(lossWindows, nodeLossStep(t, c, k, l, figure))
+		})
+	}
 	stopLoad()
 	<-loadDone
 	// Latencies, now that every request has finished (those in flight at a step's end too).
@@ -696,11 +733,19 @@ func TestProductionProof(t *testing.T) {
 			proof.Steps[i].Figures = append(proof.Steps[i].Figures, reports.Figure{Label: "slowest request", Value: slowest})
 		}
 	}
-	_, requests, failures := l.snapshot()
-	trips, transportFailures := counted.snapshot()
+	// Every failure counts in the total; those of the node loss's requests are measured, the
+	// others fail the proof.
+	_, requests, allFailures := l.snapshot()
+	trips, allTransportFailures := counted.snapshot()
+	l.mu.Lock()
+	failures := outside(l.failures, l.failedStarts, lossWindows)
+	l.mu.Unlock()
+	counted.mu.Lock()
+	transportFailures := outside(counted.failures, counted.failedStarts, lossWindows)
+	counted.mu.Unlock()
 	all, _ := l.stepLatencies(-1)
 	proof.Total.Load = reports.Load{Seconds: time.Since(loadStarted).Seconds(), Requests: requests, TransportRequests: trips,
-		Failed: len(failures), TransportFailed: len(transportFailures), P99Ms: quantile(all, 0.99), WorstMs: quantile(all, 1)}
+		Failed: len(allFailures), TransportFailed: len(allTransportFailures), P99Ms: quantile(all, 0.99), WorstMs: quantile(all, 1)}
 	warned.mu.Lock()
 	proof.Total.DeprecationWarnings, proof.Total.ZeroReplicaWarnings, proof.Total.OtherWarnings = warned.deprecated, warned.zeroes, len(warned.other)
 	if len(warned.other) > 0 {
@@ -717,10 +762,10 @@ func TestProductionProof(t *testing.T) {
 		t.Errorf("the transport counted %d round trips for %d finished requests: the counter is not under every request", trips, requests)
 	}
 	if len(failures) > 0 {
-		t.Errorf("%d requests failed; first: %v", len(failures), failures[:min(5, len(failures))])
+		t.Errorf("%d requests failed outside the node loss; first: %v", len(failures), failures[:min(5, len(failures))])
 	}
 	if len(transportFailures) > 0 {
-		t.Errorf("%d round trips failed at the transport (client-go may have retried some); first: %v", len(transportFailures), transportFailures[:min(5, len(transportFailures))])
+		t.Errorf("%d round trips failed at the transport outside the node loss (client-go may have retried some); first: %v", len(transportFailures), transportFailures[:min(5, len(transportFailures))])
 	}
 }
 
@@ -805,6 +850,11 @@ func startMonitoring(t *testing.T, c *cluster.Cluster, namespace string, extra .
 	}
 	pki := filepath.Join(c.Dir, "pki")
 	admin := fmt.Sprintf("{ca_file: %s, cert_file: %s, key_file: %s}", filepath.Join(pki, "ca.crt"), filepath.Join(pki, "admin.crt"), filepath.Join(pki, "admin.key"))
+	// Every node's kubelet: each serves the cAdvisor metrics of its own pods.
+	var kubelets []string
+	for _, n := range c.Nodes {
+		kubelets = append(kubelets, "'"+net.JoinHostPort(n.IP, cluster.KubeletPort)+"'")
+	}
 	return c.StartPrometheus(t, fmt.Sprintf(`- job_name: %s
   scheme: https
   authorization: {credentials_file: %s}
@@ -827,18 +877,18 @@ func startMonitoring(t *testing.T, c *cluster.Cluster, namespace string, extra .
   scheme: https
   metrics_path: /metrics/cadvisor
   tls_config: %s
-  static_configs: [{targets: ['%s']}]
+  static_configs: [{targets: [%s]}]
 - job_name: cert-manager
   scrape_interval: 30s
   scrape_timeout: 20s
   static_configs: [{targets: ['127.0.0.1:9402']}]
-%s`, monitoring.DefaultJob, token, c.Kubeconfig, namespace, admin, cluster.APIServerAddr, admin, cluster.KubeletAddr, strings.Join(extra, "\n")))
+%s`, monitoring.DefaultJob, token, c.Kubeconfig, namespace, admin, cluster.APIServerAddr, admin, strings.Join(kubelets, ", "), strings.Join(extra, "\n")))
 }
 
 // checkMonitoring: Prometheus scrapes the manager pods (authenticated), the apiserver, the
-// kubelet and cert-manager; during the proof's load the key series are there and every
+// kubelet of each of the cluster's nodes and cert-manager; during the proof's load the key series are there and every
 // dashboard query of every panel evaluates and returns data.
-func checkMonitoring(t *testing.T, p *cluster.Prometheus) {
+func checkMonitoring(t *testing.T, p *cluster.Prometheus, nodes int) {
 	t.Helper()
 	job := `job="` + monitoring.DefaultJob + `"`
 	// Waits sized for a busy 2-core machine: a scrape may take its whole interval there.
@@ -850,11 +900,12 @@ func checkMonitoring(t *testing.T, p *cluster.Prometheus) {
 		`widget_crd_version_info{` + job + `,version="v1",storage="true"}`,
 		`sum(controller_runtime_reconcile_total{` + job + `,controller="widget"}) > 0`,
 		`up{job="apiserver"} == 1`,
-		`up{job="kubelet-cadvisor"} == 1`,
 		`up{job="cert-manager"} == 1`,
 	} {
 		p.WaitFor(t, key, 1, 3*time.Minute)
 	}
+	// Every node's kubelet: the release's pods run on the nodes but the first.
+	p.WaitFor(t, `up{job="kubelet-cadvisor"} == 1`, nodes, 3*time.Minute)
 	exprs, err := monitoring.DashboardQueries()
 	if err != nil {
 		t.Fatal(err)
