@@ -5,11 +5,12 @@
 //     controllers and cainjector;
 //   - the controller on a real node (controller_test.go): a Widget's pods run, the real
 //     readiness probe gates them, and the Widget reports Ready;
-//   - the production proof (production_proof_test.go): the chart installed on three real
-//     nodes with its Prometheus monitoring, and zero failed API requests across a rollout
-//     restart, a helm upgrade of the pod template, a forced certificate renewal, the loss of
-//     the leader and a drained node, while a client drives Widgets through v1alpha1 so that
-//     every request crosses the webhook Service; then a node stopped dead, what the load sees
+//   - the production proof (production_proof_test.go): the chart installed on a real node
+//     with its Prometheus monitoring, and zero failed API requests across a rollout restart,
+//     a helm upgrade of the pod template, a forced certificate renewal and the loss of the
+//     leader, while a client drives Widgets through v1alpha1 so that every request crosses
+//     the webhook Service; on three nodes (WIDGET_PROOF_NODES=3, make test-long) also a
+//     drained node with zero failed requests and a node stopped dead, what the load sees
 //     measured second by second (proof_nodes_test.go);
 //   - the README's commands (readme_test.go): every shell command of README.md is run, or its
 //     flags and values are checked by the tool itself, or it is what the demo or CI runs;

@@ -337,10 +337,12 @@ func quantile(latencies []time.Duration, q float64) float64 {
 // counted at the transport, under client-go's retries, and every unexpected warning fails the
 // run. Then it checks what Prometheus scraped. It prints a report the README quotes.
 func TestProductionProof(t *testing.T) {
-	c := certManagedClusterOf(t, proofNodes)
-	// The first node holds the control plane: cordoned, it takes none of the release's pods
-	// until the drain step (proof_nodes_test.go).
-	c.Kubectl(t, "cordon", cluster.NodeName)
+	c := certManagedClusterOf(t, proofNodes())
+	if nodeSteps() {
+		// The first node holds the control plane: cordoned, it takes none of the release's
+		// pods until the drain step (proof_nodes_test.go).
+		c.Kubectl(t, "cordon", cluster.NodeName)
+	}
 	// The CA rotation step proves the chart's overlap, not cainjector's merging.
 	replacingCAInjector(t, c)
 	restrictedNamespace(t, c, ns)
@@ -710,7 +712,7 @@ func TestProductionProof(t *testing.T) {
 		time.Sleep(10 * time.Second) // the load goes on while the pods recover
 	})
 	var lossWindows [][2]time.Time
-	for round := 1; round <= nodeRounds(); round++ {
+	for round := 1; nodeSteps() && round <= nodeRounds(); round++ {
 		of := ""
 		if nodeRounds() > 1 {
 			of = fmt.Sprintf(", round %d of %d", round, nodeRounds())
