@@ -226,6 +226,9 @@ func drainStep(t *testing.T, c *cluster.Cluster, k client.Client, figure func(la
 	}
 	handover := w.led.Sub(w.stopping)
 	figure("a standby leads after the leader's eviction", "%s (%s)", handover.Round(100*time.Millisecond), w.by)
+	if !isStandby(before, node, w.by) {
+		t.Errorf("after the leader's eviction %s led, which was no standby running before the drain (%v): a new pod took the Lease, no warm standby", w.by, before)
+	}
 	if handover > sigtermHandoverBound {
 		t.Errorf("a standby led %s after the leader %s was evicted, more than %s: the lease was not released on SIGTERM", handover.Round(100*time.Millisecond), leader, sigtermHandoverBound)
 	}
@@ -234,6 +237,17 @@ func drainStep(t *testing.T, c *cluster.Cluster, k client.Client, figure func(la
 	if len(after[node]) > 0 {
 		t.Errorf("pods of the release still run on the drained node %s: %v", node, after[node])
 	}
+}
+
+// isStandby says whether pod was a controller replica on another node than node in before (a
+// placement): a standby with a warm cache, not a pod started after the leader went.
+func isStandby(before map[string]map[string][]string, node, pod string) bool {
+	for n, planesOn := range before {
+		if n != node && slices.Contains(planesOn["controller"], pod) {
+			return true
+		}
+	}
+	return false
 }
 
 // describePlacement is placement in a stable order, for the report.
@@ -367,6 +381,9 @@ func nodeLossStep(t *testing.T, c *cluster.Cluster, k client.Client, l *load, fi
 		t.Fatalf("the leader %s's node was lost and no standby led", leader)
 	}
 	led := w.led.Sub(stopped)
+	if !isStandby(before, name, w.by) {
+		t.Errorf("after the leader's node was lost %s led, which was no standby running before the loss (%v)", w.by, before)
+	}
 	figure("lost", "%s, which ran %v (the leader %s), stopped dead", name, before[name], leader)
 	figure("the node NotReady after", "%s", notReady.Round(100*time.Millisecond))
 	figure("its replica gone from the webhook Service's endpoints after", "%s (ready endpoints: %s)", endpointGone.Round(100*time.Millisecond), strings.Join(w.counts, ", "))
