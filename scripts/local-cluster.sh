@@ -577,17 +577,17 @@ node_arg() {
 # is all node K's traffic: it reaches the control plane and every other node through it.
 node_drops() { printf '%s\n' "INPUT -i wn$1" "OUTPUT -o wn$1" "FORWARD -i wn$1" "FORWARD -o wn$1"; }
 
-# freezer_state K STATE: freezes (FROZEN) or thaws (THAWED) node K's pods, whose cgroups
-# the kubelet keeps under its cgroupRoot /$(node_ns K).
-freezer_state() {
-	local f
-	f=/sys/fs/cgroup/freezer/$(node_ns "$1")/freezer.state
-	[[ -e $f ]] || f=/sys/fs/cgroup/$(node_ns "$1")/cgroup.freeze
-	[[ -e $f ]] || die "no freezer for node $1: neither cgroup v1's freezer nor cgroup v2's cgroup.freeze"
-	if [[ $f == */cgroup.freeze ]]; then
-		[[ $2 == FROZEN ]] && echo 1 >"$f" || echo 0 >"$f"
-	else
+# freeze CGROUP STATE: freezes (FROZEN) or thaws (THAWED) everything in the cgroup CGROUP (a
+# node's: the kubelet keeps its pods under its cgroupRoot, /$(node_ns K)), through cgroup v1's
+# freezer or v2's cgroup.freeze; fails when the machine has neither for it.
+freeze() {
+	local f=/sys/fs/cgroup/freezer/$1/freezer.state
+	if [[ -e $f ]]; then
 		echo "$2" >"$f"
+	elif [[ -e /sys/fs/cgroup/$1/cgroup.freeze ]]; then
+		if [[ $2 == FROZEN ]]; then echo 1; else echo 0; fi >"/sys/fs/cgroup/$1/cgroup.freeze"
+	else
+		return 1
 	fi
 }
 
@@ -604,14 +604,14 @@ cmd_node_stop() {
 	done < <(node_drops "$1")
 	# shellcheck disable=SC2046 # one PID per word
 	kill -STOP $(ip netns pids "$(node_ns "$1")") 2>/dev/null || true
-	freezer_state "$1" FROZEN
+	freeze "$(node_ns "$1")" FROZEN || die "no freezer for node $1: neither cgroup v1's freezer nor cgroup v2's cgroup.freeze"
 	say "node $1 ($(node_name "$1")) stopped dead: its traffic dropped, its processes stopped, its pods frozen"
 }
 
 cmd_node_start() {
 	node_arg "${1:-}"
 	local rule
-	freezer_state "$1" THAWED
+	freeze "$(node_ns "$1")" THAWED || die "no freezer for node $1: neither cgroup v1's freezer nor cgroup v2's cgroup.freeze"
 	# shellcheck disable=SC2046 # one PID per word
 	kill -CONT $(ip netns pids "$(node_ns "$1")") 2>/dev/null || true
 	while read -r rule; do
@@ -630,11 +630,7 @@ cmd_down() {
 	local n pid f names
 	names=$(cluster_names)
 	# A stopped node (node-stop) is thawed first: a frozen process does not die of SIGKILL.
-	for n in $names; do
-		for f in /sys/fs/cgroup/freezer/$n/freezer.state /sys/fs/cgroup/$n/cgroup.freeze; do
-			[[ ! -e $f ]] || { [[ $f == *state ]] && echo THAWED >"$f" || echo 0 >"$f"; }
-		done
-	done
+	for n in $names; do freeze "$n" THAWED || true; done
 	for f in "$D"/pids/kubelet*.pid "$D"/pids/kube-proxy*.pid; do
 		pid=$(cat "$f" 2>/dev/null) || continue
 		# only if that pid is still ours (not reused after a crash)

@@ -18,12 +18,11 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// Where the apiserver and the first node's kubelet listen inside the namespace; every node's
-// kubelet listens on KubeletPort at its address (Node.IP).
+// Where the apiserver listens inside the namespace; every node's kubelet listens on
+// KubeletPort at its address (Node.IP).
 const (
 	APIServerAddr = "10.200.0.2:6443"
 	KubeletPort   = "10250"
-	KubeletAddr   = NodeIP + ":" + KubeletPort
 )
 
 // nobody is the unprivileged user on-call commands run as.
